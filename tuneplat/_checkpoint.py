@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ._storage import fs_for_url, is_remote, remote_download, remote_is_committed
+
 __all__ = ["Checkpoint", "load_torch"]
 
 _METADATA = ".metadata.json"
@@ -25,7 +27,10 @@ class Checkpoint:
     """A directory of files that a trial can resume from.
 
     Attributes:
-        path: the local directory holding the files.
+        path: the directory holding the files: a local folder, or a URL
+            (``s3://bucket/results/exp/trial/checkpoint_000003``) when the
+            experiment's ``storage_path`` is on a remote filesystem.
+        filesystem: the fsspec filesystem of a remote checkpoint, else None.
 
     Example:
         >>> import tempfile, pathlib
@@ -36,17 +41,26 @@ class Checkpoint:
         '1'
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], filesystem: Any = None) -> None:
         self.path = os.fspath(path)
+        self._fs = filesystem
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:
         """A checkpoint of the files in ``path`` (copied into the trial folder when reported).
 
+        ``path`` may also be the URL of a checkpoint on a remote filesystem
+        (e.g. ``result.checkpoint.path`` of an experiment stored on S3).
+
         Raises:
             FileNotFoundError: ``path`` is not an existing directory.
         """
         p = os.fspath(path)
+        if is_remote(p):
+            fs, root = fs_for_url(p)
+            if not fs.isdir(root):
+                raise FileNotFoundError(f"Checkpoint.from_directory({p!r}): no such folder on {fs.protocol}")
+            return cls(fs.unstrip_protocol(root.rstrip("/")), fs)
         if not os.path.isdir(p):
             what = "a file" if os.path.exists(p) else "missing"
             raise FileNotFoundError(
@@ -56,26 +70,48 @@ class Checkpoint:
         return cls(os.path.abspath(p))
 
     @property
-    def filesystem(self) -> None:
-        """Ray compatibility: checkpoints are on the local filesystem (or a mounted one)."""
-        return None
+    def filesystem(self) -> Any:
+        """The fsspec filesystem of a remote checkpoint; None for a local folder."""
+        return self._fs
+
+    def _missing(self) -> FileNotFoundError:
+        return FileNotFoundError(f"checkpoint folder {self.path!r} no longer exists (deleted by "
+                                 "CheckpointConfig(num_to_keep=...) retention, or moved)")
 
     @contextlib.contextmanager
     def as_directory(self) -> Iterator[str]:
-        """Yield a local directory with the checkpoint's files (read them, don't modify)."""
-        if not os.path.isdir(self.path):
-            raise FileNotFoundError(f"checkpoint folder {self.path!r} no longer exists (deleted by "
-                                    "CheckpointConfig(num_to_keep=...) retention, or moved)")
-        yield self.path
+        """Yield a local directory with the checkpoint's files (read them, don't modify).
+
+        A remote checkpoint is downloaded into a temporary folder, removed afterwards.
+        """
+        if self._fs is None:
+            if not os.path.isdir(self.path):
+                raise self._missing()
+            yield self.path
+            return
+        tmp = tempfile.mkdtemp(prefix="tuneplat_ckpt_")
+        try:
+            yield self.to_directory(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
         """Copy the files into ``path`` (a new temporary folder when None); return it."""
         dest = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="tuneplat_ckpt_")
-        shutil.copytree(self.path, dest, dirs_exist_ok=True)
-        return dest
+        if self._fs is None:
+            shutil.copytree(self.path, dest, dirs_exist_ok=True)
+            return dest
+        if not remote_is_committed(self._fs, self.path):
+            raise self._missing()
+        return remote_download(self._fs, self.path, dest)
 
     def get_metadata(self) -> dict[str, Any]:
         """The metadata dict stored with the checkpoint (``{}`` when none)."""
+        if self._fs is not None:
+            try:
+                return json.loads(self._fs.cat_file(f"{self.path}/{_METADATA}"))
+            except FileNotFoundError:
+                return {}
         meta = Path(self.path, _METADATA)
         return json.loads(meta.read_text(encoding="utf-8")) if meta.exists() else {}
 
@@ -84,6 +120,9 @@ class Checkpoint:
         if not isinstance(metadata, dict):
             raise TypeError(f"Checkpoint.set_metadata takes a dict, got {type(metadata).__name__}")
         text = json.dumps(metadata)
+        if self._fs is not None:
+            self._fs.pipe_file(f"{self.path}/{_METADATA}", text.encode())
+            return
         tmp = os.path.join(self.path, f"{_METADATA}.tmp-{os.getpid()}")
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
@@ -98,14 +137,17 @@ class Checkpoint:
     def __repr__(self) -> str:
         return f"Checkpoint(path={self.path!r})"
 
+    def _key(self) -> str:
+        return self.path.rstrip("/") if self._fs is not None else os.path.abspath(self.path)
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Checkpoint) and os.path.abspath(self.path) == os.path.abspath(other.path)
+        return isinstance(other, Checkpoint) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash(os.path.abspath(self.path))
+        return hash(self._key())
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Checkpoint, (self.path,))
+        return (Checkpoint, (self.path, self._fs))
 
 
 def load_torch(checkpoint: Checkpoint | str | os.PathLike[str], filename: str = "model.pt", *,
@@ -129,6 +171,9 @@ def load_torch(checkpoint: Checkpoint | str | os.PathLike[str], filename: str = 
     """
     import torch
 
+    if isinstance(checkpoint, Checkpoint) and checkpoint.filesystem is not None:
+        with checkpoint.as_directory() as local:
+            return load_torch(local, filename, weights_only=weights_only, map_location=map_location)
     folder = checkpoint.path if isinstance(checkpoint, Checkpoint) else os.fspath(checkpoint)
     path = os.path.join(folder, filename)
     if not os.path.isfile(path):

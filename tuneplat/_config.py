@@ -145,8 +145,13 @@ class RunConfig:
 
     Args:
         name: experiment name (default: trainable name + timestamp).
-        storage_path: folder (or ``file://`` / fsspec URL) holding experiments;
-            default ``./tuneplat_results``.
+        storage_path: folder, ``file://`` URL, or URL of any fsspec filesystem
+            (``s3://bucket/results``, ``gs://...``) holding experiments;
+            default ``./tuneplat_results``. On a remote filesystem, ranks upload
+            checkpoints there and the tuner keeps a local cache of the small files
+            (``$TUNEPLAT_CACHE_DIR``, default ``~/.cache/tuneplat``), uploaded as it goes.
+        storage_filesystem: an fsspec filesystem (endpoint, credentials) for a
+            remote ``storage_path``; default: the one fsspec builds from the URL.
         stop: dict of ``{metric: threshold}`` (stop when ``result[metric] >= threshold``),
             a callable ``(trial_id, result) -> bool``, or an object with that ``__call__``.
         failure_config, checkpoint_config: see those classes.
@@ -158,6 +163,7 @@ class RunConfig:
 
     name: str | None = None
     storage_path: str | None = None
+    storage_filesystem: Any = None
     stop: Mapping[str, float] | Callable[..., bool] | None = None
     failure_config: FailureConfig | None = None
     checkpoint_config: CheckpointConfig | None = None

@@ -17,8 +17,8 @@ import math
 import os
 import pickle
 import secrets
-import shutil
 import selectors
+import shutil
 import signal
 import socket
 import threading
@@ -33,7 +33,19 @@ from ._checkpoint import Checkpoint
 from ._config import RunConfig, ScalingConfig, TuneConfig
 from ._journal import Journal, to_jsonable
 from ._progress import ProgressReporter
-from ._storage import checkpoint_name, clean_staging, commit_checkpoint, retain, stage_checkpoint
+from ._storage import (
+    ExperimentSync,
+    checkpoint_name,
+    clean_staging,
+    commit_checkpoint,
+    remote_clean_staging,
+    remote_commit_checkpoint,
+    remote_copy_checkpoint,
+    remote_delete_checkpoint,
+    retain,
+    rjoin,
+    stage_checkpoint,
+)
 from ._trial import Trial, TrialStatus
 from .execution._cluster import Assignment, Cluster, Ledger
 from .execution._runner import run_rank
@@ -117,8 +129,12 @@ class Controller:
     def __init__(self, *, trainable: Callable[..., Any], param_space: Mapping[str, Any], tune_config: TuneConfig,
                  run_config: RunConfig, scaling_config: ScalingConfig, experiment_dir: str, experiment_name: str,
                  trainable_name: str, client: Any = None, callbacks: list[Any] | None = None,
-                 trials: list[Trial] | None = None, resume: bool = False) -> None:
+                 trials: list[Trial] | None = None, resume: bool = False, storage_fs: Any = None,
+                 remote_dir: str | None = None) -> None:
         self.trainable = trainable
+        self.storage_fs = storage_fs  # remote storage: checkpoints live there, small files are synced there
+        self.remote_dir = remote_dir
+        self.syncer = ExperimentSync(experiment_dir, storage_fs, remote_dir) if remote_dir is not None else None
         self.param_space = dict(param_space or {})
         self.tc = tune_config
         self.rc = run_config
@@ -290,6 +306,8 @@ class Controller:
             self._result_files.clear()
             self.journal.close()
             self.searcher.close()
+            if self.syncer is not None:
+                self._final_sync()
             selector = getattr(self, "selector", None)
             if selector is not None:
                 # ranks still connected (e.g. one that said hello while an interrupt tore the experiment
@@ -309,6 +327,14 @@ class Controller:
                     except OSError:
                         pass
             self.cluster.close()
+
+    def _final_sync(self) -> None:
+        assert self.syncer is not None
+        error = self.syncer.close()
+        if error:
+            logger.warning("tuneplat: could not upload the experiment's files to %s (%s); they are complete in %s. "
+                           "Copy that folder there, or run Tuner.restore on it.", self.remote_dir, error,
+                           self.experiment_dir)
 
     def _loop(self) -> None:
         while True:
@@ -493,6 +519,8 @@ class Controller:
             for f in self._result_files.values():
                 f.flush()
             self.journal.sync()
+        if self.syncer is not None:
+            self.syncer.maybe_sync()
 
     # ------------------------------------------------------------------ launching
     def _new_trial(self, config: dict[str, Any]) -> Trial:
@@ -607,6 +635,8 @@ class Controller:
         trial.attempts += 1
         attempt = trial.attempts - 1
         clean_staging(trial.path)  # what a crashed attempt left half-staged must not leak into this one
+        if self.remote_dir is not None:
+            remote_clean_staging(self.storage_fs, self._remote_trial(trial))
         token = secrets.token_bytes(16)
         checkpoint = trial.checkpoint
         start_iteration = trial.iteration
@@ -662,6 +692,8 @@ class Controller:
                 time_offset=time_offset, checkpoint_path=checkpoint.path if checkpoint else None,
                 backend=self.sc.backend, gpu_ids=list(a.gpu_ids), host=a.host, metric=metric,
                 heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)), abort_grace_s=self.abort_grace_s,
+                storage_fs=self.storage_fs,
+                remote_trial_dir=self._remote_trial(trial) if self.remote_dir is not None else None,
             )
             key = f"tuneplat-{trial.trial_id}-a{attempt}-r{r.index}-{token.hex()[:6]}"
             r.future = self.cluster.client.submit(run_rank, self.trainable, spec, key=key, workers=[a.address],
@@ -878,9 +910,9 @@ class Controller:
                 self._send(r, ("abort", "the trial's group is being torn down"))
             return
         if staged:
-            path = commit_checkpoint(trial.path, checkpoint_name(iteration))
+            path = self._commit(trial, checkpoint_name(iteration))
             if path is not None:
-                ckpt = Checkpoint(path)
+                ckpt = Checkpoint(path, self.storage_fs)
                 trial.checkpoints.append((ckpt, result))
                 self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id, "iteration": iteration,
                                      "path": path, "metrics": to_jsonable(result)})
@@ -921,12 +953,27 @@ class Controller:
         for r in group.ranks:
             self._send(r, reply)
 
+    def _remote_trial(self, trial: Trial) -> str:
+        assert self.remote_dir is not None
+        return rjoin(self.remote_dir, os.path.basename(trial.path))
+
+    def _commit(self, trial: Trial, name: str) -> str | None:
+        if self.remote_dir is not None:
+            return remote_commit_checkpoint(self.storage_fs, self._remote_trial(trial), name)
+        return commit_checkpoint(trial.path, name)
+
     def _apply_retention(self, trial: Trial) -> None:
         cc = self.rc.checkpoint_config
         assert cc is not None
         for pair in retain(trial.checkpoints, cc.num_to_keep, cc.checkpoint_score_attribute, cc.checkpoint_score_order):
             trial.checkpoints.remove(pair)
-            shutil.rmtree(pair[0].path, ignore_errors=True)
+            if pair[0].filesystem is not None:
+                try:
+                    remote_delete_checkpoint(pair[0].filesystem, pair[0].path)
+                except Exception as exc:  # noqa: BLE001 - a leftover folder costs space, not correctness
+                    logger.warning("tuneplat: could not delete checkpoint %s: %s", pair[0].path, exc)
+            else:
+                shutil.rmtree(pair[0].path, ignore_errors=True)
             self.journal.append({"event": "checkpoint_deleted", "trial_id": trial.trial_id, "path": pair[0].path})
 
     def _check_metric(self, trial: Trial, result: Mapping[str, Any]) -> str | None:
@@ -1166,13 +1213,17 @@ class Controller:
                 # copy, so the source may delete its own checkpoints meanwhile
                 from_iteration = src.checkpoint_iteration()
                 name = checkpoint_name(trial.iteration)
-                stage_checkpoint(src.checkpoint.path, trial.path, name)
-                path = commit_checkpoint(trial.path, name)
+                if self.remote_dir is not None:
+                    path = remote_copy_checkpoint(self.storage_fs, src.checkpoint.path, self._remote_trial(trial), name)
+                else:
+                    stage_checkpoint(src.checkpoint.path, trial.path, name)
+                    path = commit_checkpoint(trial.path, name)
                 assert path is not None
                 metrics = dict(trial.last_result)
                 # the copy replaced the trial's own checkpoint of this iteration, if any
-                trial.checkpoints = [p for p in trial.checkpoints if os.path.normpath(p[0].path) != os.path.normpath(path)]
-                trial.checkpoints.append((Checkpoint(path), metrics))
+                clone = Checkpoint(path, self.storage_fs)
+                trial.checkpoints = [p for p in trial.checkpoints if p[0] != clone]
+                trial.checkpoints.append((clone, metrics))
                 self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id,
                                      "iteration": trial.iteration, "path": path,
                                      "metrics": to_jsonable(metrics), "cloned_from": src.trial_id,

@@ -9,6 +9,7 @@ from typing import Any
 
 from ._checkpoint import Checkpoint
 from ._journal import read_journal
+from ._storage import fs_for_url, is_remote, remote_is_committed
 from ._trial import Trial, TrialStatus
 
 __all__ = ["load_trials", "load_tuner_state", "prepare_resume", "save_tuner_state"]
@@ -59,8 +60,12 @@ def _config(event: dict[str, Any], key: str = "config") -> dict[str, Any]:
     return dict(event.get(key) or {})
 
 
-def load_trials(experiment_dir: str) -> tuple[list[Trial], dict[str, Any]]:
-    """Replay ``journal.jsonl`` into trials (status as last recorded) and experiment metadata."""
+def load_trials(experiment_dir: str, storage_fs: Any = None) -> tuple[list[Trial], dict[str, Any]]:
+    """Replay ``journal.jsonl`` into trials (status as last recorded) and experiment metadata.
+
+    ``storage_fs`` is the filesystem of checkpoints recorded as URLs (remote
+    storage); without it fsspec opens each URL with its default configuration.
+    """
     events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
     trials: dict[str, Trial] = {}
     meta: dict[str, Any] = {}
@@ -86,11 +91,15 @@ def load_trials(experiment_dir: str) -> tuple[list[Trial], dict[str, Any]]:
             t.supersede_after(int(ev["after_iteration"]))
         elif kind == "checkpoint":
             path = ev["path"]
-            if not os.path.isdir(path):
-                path = os.path.join(t.path, os.path.basename(path))
+            if is_remote(path):
+                ckpt = Checkpoint(path, storage_fs if storage_fs is not None else fs_for_url(path)[0])
+            else:
+                if not os.path.isdir(path):
+                    path = os.path.join(t.path, os.path.basename(path))
+                ckpt = Checkpoint(path)
             # a PBT clone replaces the trial's own checkpoint of the same iteration (same folder)
             t.checkpoints = [p for p in t.checkpoints if os.path.basename(p[0].path) != os.path.basename(path)]
-            t.checkpoints.append((Checkpoint(path), ev.get("metrics") or {}))
+            t.checkpoints.append((ckpt, ev.get("metrics") or {}))
         elif kind == "checkpoint_deleted":
             t.checkpoints = [p for p in t.checkpoints if os.path.basename(p[0].path) != os.path.basename(ev["path"])]
         elif kind == "decision":
@@ -129,7 +138,8 @@ def _recover_result_of_last_checkpoint(trial: Trial) -> None:
 def _drop_missing_checkpoints(trial: Trial) -> None:
     kept = []
     for ckpt, metrics in trial.checkpoints:
-        if os.path.isdir(ckpt.path):
+        fs = ckpt.filesystem
+        if (remote_is_committed(fs, ckpt.path) if fs is not None else os.path.isdir(ckpt.path)):
             kept.append((ckpt, metrics))
         else:
             logger.warning("tuneplat: trial %s: checkpoint %s is recorded in the journal but missing on disk; "
@@ -137,9 +147,10 @@ def _drop_missing_checkpoints(trial: Trial) -> None:
     trial.checkpoints = kept
 
 
-def prepare_resume(experiment_dir: str, *, resume_errored: bool = False, restart_errored: bool = False) -> list[Trial]:
+def prepare_resume(experiment_dir: str, *, resume_errored: bool = False, restart_errored: bool = False,
+                   storage_fs: Any = None) -> list[Trial]:
     """Trials ready for a resumed run: unfinished ones PENDING (they resume from their checkpoint)."""
-    trials, _ = load_trials(experiment_dir)
+    trials, _ = load_trials(experiment_dir, storage_fs)
     for t in trials:
         if t.status in (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING):
             t.status = TrialStatus.PENDING

@@ -39,7 +39,7 @@ class Result:
         checkpoint: its latest checkpoint, or None.
         best_checkpoints: ``(checkpoint, metrics)`` pairs of the kept checkpoints.
         error: a :class:`TrialError` when the trial failed, else None.
-        path: the trial's folder.
+        path: the trial's folder (a URL on remote storage, see :attr:`filesystem`).
         mlflow_run_id: the trial's MLflow child run, when MLflow is on.
     """
 
@@ -55,6 +55,7 @@ class Result:
     lineage: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
     _history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    _filesystem: Any = field(default=None, repr=False)
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
@@ -64,8 +65,9 @@ class Result:
         return pd.DataFrame([flatten_dict(r) for r in self._history])
 
     @property
-    def filesystem(self) -> None:  # Ray compatibility
-        return None
+    def filesystem(self) -> Any:
+        """The fsspec filesystem of :attr:`path` when the experiment is on remote storage, else None."""
+        return self._filesystem
 
 
 def _value(v: Any) -> float:

@@ -16,11 +16,15 @@ back.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import secrets
 import shutil
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
@@ -30,6 +34,7 @@ __all__ = [
     "commit_checkpoint",
     "fsync_dir",
     "list_checkpoints",
+    "resolve_storage",
     "resolve_storage_path",
     "retain",
     "stage_checkpoint",
@@ -215,12 +220,19 @@ def retain(checkpoints: Sequence[P], num_to_keep: int | None, score_attribute: s
     return [p for i, p in indexed if i not in keep]
 
 
+def is_remote(path: str | os.PathLike[str] | None) -> bool:
+    """Whether ``path`` is a URL of a filesystem other than the local one (``s3://``, ``gs://``, ``memory://``...)."""
+    if path is None:
+        return False
+    p = os.fspath(path)
+    return "://" in p and urlparse(p).scheme not in ("file", "local")
+
+
 def resolve_storage_path(storage_path: str | os.PathLike[str] | None) -> str:
     """The local folder for ``storage_path``: a path, ``~/path``, or a ``file://`` URL.
 
     Raises:
-        ValueError: for other URL schemes (s3://, gs://, ...): mount the bucket
-            (s3fs-fuse, gcsfuse, NFS) and pass the mounted folder instead.
+        ValueError: for a URL of another filesystem (use :func:`resolve_storage`).
 
     Example:
         >>> resolve_storage_path("file:///tmp/results")
@@ -230,12 +242,333 @@ def resolve_storage_path(storage_path: str | os.PathLike[str] | None) -> str:
     if "://" in path:
         url = urlparse(path)
         if url.scheme not in ("file", "local"):
-            raise ValueError(
-                f"storage_path={path!r}: only local folders and file:// URLs are supported; mount the "
-                f"{url.scheme}:// storage as a local folder (e.g. s3fs-fuse, gcsfuse or NFS) and pass that folder."
-            )
+            raise ValueError(f"storage_path={path!r} is not a local folder")
         if url.netloc not in ("", "localhost"):
             raise ValueError(f"storage_path={path!r}: a file:// URL names a local path: write file:///abs/path "
                              "(three slashes) or a plain folder.")
         path = unquote(url.path)
     return os.path.abspath(os.path.expanduser(path))
+
+
+# ---------------------------------------------------------------------------------------------- remote storage
+#
+# On a filesystem reached through fsspec (s3://, gs://, abfs://, sftp://, ...), the tuner keeps the experiment's
+# small files (journal, tuner.pkl, result.json per trial, Optuna's journal) in a local cache folder and uploads
+# them in the background (every TUNEPLAT_SYNC_PERIOD_S, and at the end of fit()); checkpoints go straight from
+# the ranks to the remote filesystem. The commit protocol mirrors the local one, adapted to filesystems whose
+# "rename" may be a copy (object stores): ranks upload into ``<trial>/.staging_<name>/``; once every rank of the
+# group has uploaded, the tuner moves the files to ``<trial>/<name>/`` and then writes the manifest
+# ``<trial>/<name>/.tuneplat_manifest.json`` (one atomic object write) last. A checkpoint folder without its
+# manifest is not a checkpoint: it is never loaded, and it is removed when the trial starts again.
+
+MANIFEST = ".tuneplat_manifest.json"
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Where experiments are kept: a local folder, or a remote fsspec filesystem plus a local cache.
+
+    Attributes:
+        local_root: the folder holding experiment folders (the cache, for remote storage).
+        fs: the fsspec filesystem of remote storage, else None.
+        remote_root: the remote folder as a URL (``s3://bucket/results``), else None.
+    """
+
+    local_root: str
+    fs: Any = None
+    remote_root: str | None = None
+
+    @property
+    def is_remote(self) -> bool:
+        return self.fs is not None
+
+    def remote_experiment(self, name: str) -> str | None:
+        return None if self.remote_root is None else rjoin(self.remote_root, name)
+
+    def exists(self, name: str) -> bool:
+        if os.path.exists(os.path.join(self.local_root, name)):
+            return True
+        return self.fs is not None and self.fs.exists(rjoin(self.remote_root, name))  # type: ignore[arg-type]
+
+
+def _cache_root() -> str:
+    return os.environ.get("TUNEPLAT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuneplat")
+
+
+def local_cache_for(url: str) -> str:
+    """The local folder that mirrors remote folder ``url`` (under ``$TUNEPLAT_CACHE_DIR``, default ~/.cache/tuneplat)."""
+    u = urlparse(url)
+    parts = [u.scheme or "fs", u.netloc or "_"] + [p for p in u.path.split("/") if p not in ("", ".", "..")]
+    return os.path.join(_cache_root(), "storage", *parts)
+
+
+def resolve_storage(storage_path: str | os.PathLike[str] | None, storage_filesystem: Any = None) -> Storage:
+    """Where ``RunConfig(storage_path=..., storage_filesystem=...)`` keeps experiments.
+
+    ``storage_path`` is a local folder, a ``file://`` URL, or the URL of any
+    filesystem fsspec knows (``s3://bucket/results`` with s3fs installed, ...).
+    ``storage_filesystem`` is an fsspec filesystem (credentials, endpoint) for
+    that path; without it fsspec builds one from the URL (and its configuration:
+    environment variables, ``~/.config/fsspec``).
+
+    Raises:
+        ValueError: the URL's protocol has no fsspec implementation installed, or
+            ``storage_filesystem`` is not an fsspec filesystem.
+    """
+    if storage_filesystem is not None:
+        import fsspec
+
+        if not isinstance(storage_filesystem, fsspec.AbstractFileSystem):
+            raise ValueError(f"RunConfig.storage_filesystem must be an fsspec filesystem (e.g. "
+                             f"s3fs.S3FileSystem(...)), got {type(storage_filesystem).__name__}")
+        if storage_path is None:
+            raise ValueError("RunConfig.storage_filesystem is set but storage_path is not: name the folder on that "
+                             "filesystem, e.g. storage_path='s3://my-bucket/results'")
+        protocols = storage_filesystem.protocol if isinstance(storage_filesystem.protocol, (tuple, list)) else (storage_filesystem.protocol,)
+        if "file" in protocols or "local" in protocols:
+            return Storage(resolve_storage_path(storage_path))
+        root = storage_filesystem._strip_protocol(os.fspath(storage_path)).rstrip("/")
+        url = storage_filesystem.unstrip_protocol(root)
+        return Storage(local_cache_for(url), storage_filesystem, url)
+    if not is_remote(storage_path):
+        return Storage(resolve_storage_path(storage_path))
+    fs, root = fs_for_url(os.fspath(storage_path))  # type: ignore[arg-type]
+    url = fs.unstrip_protocol(root.rstrip("/"))
+    return Storage(local_cache_for(url), fs, url)
+
+
+def fs_for_url(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem and the path in it for ``url``, with a clear error when the protocol is unknown."""
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:
+        scheme = urlparse(url).scheme
+        raise ValueError(f"storage_path={url!r}: fsspec cannot open {scheme}:// ({exc}). Install the fsspec "
+                         f"implementation for it (s3:// → pip install s3fs, gs:// → gcsfs, abfs:// → adlfs), or "
+                         "pass RunConfig(storage_filesystem=...) with a configured filesystem.") from exc
+    return fs, path
+
+
+def rjoin(base: str, *parts: str) -> str:
+    """Join remote path parts with '/' (a URL stays a URL)."""
+    out = base.rstrip("/")
+    for p in parts:
+        out = f"{out}/{p.strip('/')}"
+    return out
+
+
+def _strip(fs: Any, path: str) -> str:
+    return fs._strip_protocol(path).rstrip("/")
+
+
+def _rel(root: str, path: str) -> str:
+    path = path.rstrip("/")
+    return path[len(root):].lstrip("/")
+
+
+def _refresh(fs: Any, path: str) -> None:
+    """Forget cached listings: other processes (the ranks) write there."""
+    try:
+        fs.invalidate_cache(path)
+    except Exception:  # noqa: BLE001 - a filesystem without listing caches
+        pass
+
+
+def remote_stage_checkpoint(fs: Any, src: str, trial_url: str, name: str) -> None:
+    """Upload ``src``'s files into the staging folder of checkpoint ``name`` on the remote filesystem.
+
+    Every rank uploads into the same folder (the union of their shards). A
+    rank that dies halfway leaves files that are never committed: the tuner
+    commits only after every rank of the group reported the checkpoint.
+    """
+    if not os.path.isdir(src):
+        raise FileNotFoundError(f"checkpoint folder {src!r} does not exist (was it deleted before report()?)")
+    dest = rjoin(_strip(fs, trial_url), f"{STAGING}{name}")
+    for root, _dirs, files in os.walk(src):
+        rel = os.path.relpath(root, src)
+        for f in files:
+            target = rjoin(dest, f) if rel == "." else rjoin(dest, rel.replace(os.sep, "/"), f)
+            fs.put_file(os.path.join(root, f), target)
+
+
+def remote_is_committed(fs: Any, checkpoint_url: str) -> bool:
+    _refresh(fs, _strip(fs, checkpoint_url))
+    return bool(fs.exists(rjoin(_strip(fs, checkpoint_url), MANIFEST)))
+
+
+def remote_delete_checkpoint(fs: Any, checkpoint_url: str) -> None:
+    """Un-commit (manifest first), then delete the files."""
+    path = _strip(fs, checkpoint_url)
+    try:
+        fs.rm_file(rjoin(path, MANIFEST))
+    except FileNotFoundError:
+        pass
+    try:
+        fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
+    _refresh(fs, path)
+
+
+def remote_commit_checkpoint(fs: Any, trial_url: str, name: str) -> str | None:
+    """Publish staged checkpoint ``name``: move its files to ``<trial>/<name>/``, then write the manifest.
+
+    Returns the checkpoint's URL, or None when nothing was staged. Replacing
+    an existing checkpoint of that name un-commits it first, so a crash in
+    between leaves the trial at its previous checkpoint, never a mix.
+    """
+    trial = _strip(fs, trial_url)
+    staging = rjoin(trial, f"{STAGING}{name}")
+    final = rjoin(trial, name)
+    _refresh(fs, trial)
+    try:
+        files = fs.find(staging, detail=True)
+    except FileNotFoundError:
+        files = {}
+    if not files:
+        return None
+    if fs.exists(final):
+        remote_delete_checkpoint(fs, final)
+    manifest: dict[str, int] = {}
+    for path, info in sorted(files.items()):
+        rel = _rel(staging, path)
+        fs.mv(path, rjoin(final, rel))
+        manifest[rel] = int(info.get("size") or 0)
+    fs.pipe_file(rjoin(final, MANIFEST), json.dumps({"files": manifest}).encode())
+    try:
+        fs.rm(staging, recursive=True)  # empty directories, where the filesystem has them
+    except (FileNotFoundError, OSError):
+        pass
+    _refresh(fs, trial)
+    return fs.unstrip_protocol(final)
+
+
+def remote_clean_staging(fs: Any, trial_url: str) -> None:
+    """What a crash left in a remote trial folder: staging uploads, checkpoint folders without a manifest."""
+    trial = _strip(fs, trial_url)
+    _refresh(fs, trial)
+    try:
+        entries = fs.ls(trial, detail=False)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        base = entry.rstrip("/").rsplit("/", 1)[-1]
+        if base.startswith((STAGING, TRASH)) or (base.startswith(PREFIX) and not fs.exists(rjoin(entry, MANIFEST))):
+            try:
+                fs.rm(entry, recursive=True)
+            except FileNotFoundError:
+                pass
+    _refresh(fs, trial)
+
+
+def remote_copy_checkpoint(fs: Any, src_url: str, trial_url: str, name: str) -> str | None:
+    """Copy committed checkpoint ``src_url`` into ``trial_url`` as ``name`` (a PBT clone), committed the same way."""
+    src = _strip(fs, src_url)
+    staging = rjoin(_strip(fs, trial_url), f"{STAGING}{name}")
+    _refresh(fs, src)
+    for path in fs.find(src):
+        rel = _rel(src, path)
+        if rel != MANIFEST:
+            fs.copy(path, rjoin(staging, rel))
+    return remote_commit_checkpoint(fs, trial_url, name)
+
+
+def remote_download(fs: Any, url: str, dest: str, *, skip: tuple[str, ...] = ()) -> str:
+    """Copy the files under remote folder ``url`` into local folder ``dest`` (the manifest left out)."""
+    root = _strip(fs, url)
+    _refresh(fs, root)
+    os.makedirs(dest, exist_ok=True)
+    for path in fs.find(root):
+        rel = _rel(root, path)
+        if rel == MANIFEST or rel.split("/", 1)[0].startswith(skip):
+            continue
+        target = os.path.join(dest, *rel.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fs.get_file(path, target)
+    return dest
+
+
+class ExperimentSync:
+    """Uploads an experiment's local files (journal, tuner.pkl, result.json...) to remote storage.
+
+    :meth:`maybe_sync` starts an upload in a background thread at most every
+    ``period_s`` (the tuner's loop never waits on the network); :meth:`close`
+    waits for it and uploads once more. Only files whose size or mtime changed
+    are uploaded; each upload is one whole-object write, so a reader of the
+    remote copy sees a previous or the new version of each file.
+    """
+
+    def __init__(self, local_dir: str, fs: Any, remote_dir: str, period_s: float | None = None) -> None:
+        self.local_dir = local_dir
+        self.fs = fs
+        self.remote_dir = remote_dir
+        self.period_s = float(os.environ.get("TUNEPLAT_SYNC_PERIOD_S", "10")) if period_s is None else period_s
+        self._seen: dict[str, tuple[int, float]] = {}
+        self._thread: threading.Thread | None = None
+        self._last = 0.0
+        self.error: str | None = None
+
+    def _changed(self) -> list[str]:
+        out = []
+        for root, _dirs, files in os.walk(self.local_dir):
+            for f in files:
+                if _TMP_MARK in f or f.endswith(".tmp"):
+                    continue
+                p = os.path.join(root, f)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                key = (st.st_size, st.st_mtime)
+                if self._seen.get(p) != key:
+                    out.append(p)
+                    self._seen[p] = key
+        return out
+
+    def _upload(self, paths: list[str]) -> None:
+        try:
+            for p in paths:
+                rel = os.path.relpath(p, self.local_dir).replace(os.sep, "/")
+                with open(p, "rb") as f:
+                    data = f.read()
+                self.fs.pipe_file(rjoin(_strip(self.fs, self.remote_dir), rel), data)
+            self.error = None
+        except Exception as exc:  # noqa: BLE001 - retried at the next sync; reported at the end
+            for p in paths:
+                self._seen.pop(p, None)
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def maybe_sync(self) -> None:
+        now = time.monotonic()
+        if now - self._last < self.period_s or (self._thread is not None and self._thread.is_alive()):
+            return
+        self._last = now
+        paths = self._changed()
+        if paths:
+            self._thread = threading.Thread(target=self._upload, args=(paths,), name="tuneplat-sync", daemon=True)
+            self._thread.start()
+
+    def close(self) -> str | None:
+        """Wait for a running upload, upload what changed; returns the error of the last upload, if any."""
+        if self._thread is not None:
+            self._thread.join()
+        paths = self._changed()
+        if paths:
+            self._upload(paths)
+        return self.error
+
+
+def fetch_experiment(fs: Any, remote_dir: str, local_dir: str) -> None:
+    """Download an experiment's files (not its checkpoints) from remote storage into ``local_dir``."""
+    root = _strip(fs, remote_dir)
+    _refresh(fs, root)
+    for path in fs.find(root):
+        rel = _rel(root, path)
+        parts = rel.split("/")
+        if any(p.startswith((PREFIX, STAGING, TRASH)) for p in parts[:-1]):
+            continue
+        target = os.path.join(local_dir, *parts)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fs.get_file(path, target)

@@ -102,21 +102,34 @@ class Tuner:
         self.trainable_name = _trainable_name(getattr(trainable, "train_loop_per_worker", trainable))
         self.client = client
         self._resume = _resume
+        from ._storage import resolve_storage
+
+        storage = resolve_storage(self.run_config.storage_path, self.run_config.storage_filesystem)
+        self._storage_fs = storage.fs
         if _resume is not None:
             self.experiment_dir = _resume[0]
             self.experiment_name = os.path.basename(self.experiment_dir)
+            self._remote_dir = _resume[2] if len(_resume) > 2 else None  # type: ignore[misc]
+            if self._remote_dir is None:
+                self._storage_fs = None
         else:
-            root = _local_path(self.run_config.storage_path)
+            root = storage.local_root
             name = self.run_config.name
             if name is None:  # a generated name never lands in another experiment's folder
                 base = f"{self.trainable_name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
                 name, n = base, 1
-                while os.path.exists(os.path.join(root, name)):
+                while storage.exists(name):
                     n += 1
                     name = f"{base}_{n}"
                 os.makedirs(os.path.join(root, name), exist_ok=True)
+            elif storage.is_remote and os.path.isdir(os.path.join(root, name)):
+                # the local copy of a remote experiment is a cache: a new experiment of that name starts clean
+                import shutil
+
+                shutil.rmtree(os.path.join(root, name))
             self.experiment_name = name
             self.experiment_dir = os.path.join(root, name)
+            self._remote_dir = storage.remote_experiment(name)
         self._results: ResultGrid | None = None
 
     def fit(self) -> ResultGrid:
@@ -135,6 +148,7 @@ class Tuner:
             run_config=self.run_config, scaling_config=self.scaling_config, experiment_dir=self.experiment_dir,
             experiment_name=self.experiment_name, trainable_name=self.trainable_name, client=self.client,
             callbacks=callbacks, trials=self._resume[1] if self._resume else None, resume=self._resume is not None,
+            storage_fs=self._storage_fs, remote_dir=self._remote_dir,
         )
         if self._resume is None:
             from ._restore import save_tuner_state
@@ -142,7 +156,8 @@ class Tuner:
             save_tuner_state(self.experiment_dir, {"param_space": self.param_space, "tune_config": self.tune_config,
                                                    "run_config": self.run_config, "scaling_config": self.scaling_config})
         ctrl.run()
-        self._results = _result_grid(ctrl.trials, ctrl.metric, ctrl.mode, self.experiment_dir)
+        self._results = _result_grid(ctrl.trials, ctrl.metric, ctrl.mode, self.experiment_dir,
+                                     self._storage_fs, self._remote_dir)
         if ctrl.fail_fast_error and self.run_config.failure_config.fail_fast == "raise":  # type: ignore[union-attr]
             raise TuneError(ctrl.fail_fast_error)
         return self._results
@@ -152,20 +167,28 @@ class Tuner:
         if self._results is None:
             from ._restore import load_trials
 
-            trials, meta = load_trials(self.experiment_dir)
-            self._results = _result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir)
+            trials, meta = load_trials(self.experiment_dir, self._storage_fs)
+            self._results = _result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
+                                         self._storage_fs, self._remote_dir)
         return self._results
 
     @classmethod
-    def can_restore(cls, path: str | os.PathLike[str]) -> bool:
-        """Whether ``path`` holds an experiment journal to restore from."""
-        return os.path.isfile(os.path.join(os.fspath(path), "journal.jsonl"))
+    def can_restore(cls, path: str | os.PathLike[str], storage_filesystem: Any = None) -> bool:
+        """Whether ``path`` (a folder or a remote URL) holds an experiment journal to restore from."""
+        from ._storage import fs_for_url, is_remote, rjoin
+
+        p = os.fspath(path)
+        if storage_filesystem is not None or is_remote(p):
+            fs = storage_filesystem if storage_filesystem is not None else fs_for_url(p)[0]
+            return bool(fs.exists(rjoin(fs.unstrip_protocol(fs._strip_protocol(p)), "journal.jsonl")))
+        return os.path.isfile(os.path.join(_local_path(p), "journal.jsonl"))
 
     @classmethod
     def restore(cls, path: str | os.PathLike[str], trainable: Callable[..., Any] | Any, *, resume_unfinished: bool = True,
                 resume_errored: bool = False, restart_errored: bool = False, param_space: Mapping[str, Any] | None = None,
                 tune_config: TuneConfig | None = None, run_config: RunConfig | None = None,
-                scaling_config: ScalingConfig | None = None, client: Any = None) -> Tuner:
+                scaling_config: ScalingConfig | None = None, client: Any = None,
+                storage_filesystem: Any = None) -> Tuner:
         """Continue an experiment that was interrupted or crashed.
 
         Finished trials are kept, unfinished ones resume from their latest
@@ -178,30 +201,55 @@ class Tuner:
                 when they hold objects the journal cannot restore (searchers,
                 schedulers, callables); by default they are read from
                 ``tuner.pkl`` in the experiment folder.
+            storage_filesystem: the fsspec filesystem of a remote ``path``
+                (``s3://bucket/results/exp``); default: fsspec's for the URL.
         """
         from ._restore import load_tuner_state, prepare_resume
+        from ._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
 
-        path = _local_path(os.fspath(path))
+        p = os.fspath(path)
+        remote_dir = None
+        fs = None
+        if storage_filesystem is not None or is_remote(p):
+            fs = storage_filesystem if storage_filesystem is not None else fs_for_url(p)[0]
+            remote_dir = fs.unstrip_protocol(fs._strip_protocol(p).rstrip("/"))
+            if not cls.can_restore(remote_dir, fs):
+                raise FileNotFoundError(f"{remote_dir} has no journal.jsonl: not a tuneplat experiment folder "
+                                        "(pass the folder storage_path/name).")
+            p = local_cache_for(remote_dir)
+            fetch_experiment(fs, remote_dir, p)  # the remote copy is the truth: refresh the local cache
+        path = _local_path(p)
         if not cls.can_restore(path):
             raise FileNotFoundError(f"{path} has no journal.jsonl: not a tuneplat experiment folder "
                                     "(pass the folder storage_path/name).")
         saved = load_tuner_state(path)
-        trials = prepare_resume(path, resume_errored=resume_errored, restart_errored=restart_errored)
+        trials = prepare_resume(path, resume_errored=resume_errored, restart_errored=restart_errored, storage_fs=fs)
+        rc = run_config or saved.get("run_config")
+        if fs is not None and rc is not None:
+            import dataclasses
+
+            parent = remote_dir.rsplit("/", 1)[0]  # type: ignore[union-attr]
+            rc = dataclasses.replace(rc, storage_path=parent, storage_filesystem=fs)
         return cls(
             trainable, param_space=param_space if param_space is not None else saved.get("param_space"),
-            tune_config=tune_config or saved.get("tune_config"), run_config=run_config or saved.get("run_config"),
-            scaling_config=scaling_config or saved.get("scaling_config"), client=client, _resume=(path, trials),
+            tune_config=tune_config or saved.get("tune_config"), run_config=rc,
+            scaling_config=scaling_config or saved.get("scaling_config"),
+            client=client, _resume=(path, trials, remote_dir),
         )
 
 
-def _result_grid(trials: list[Trial], metric: Any, mode: Any, experiment_dir: str) -> ResultGrid:
+def _result_grid(trials: list[Trial], metric: Any, mode: Any, experiment_dir: str, storage_fs: Any = None,
+                 remote_dir: str | None = None) -> ResultGrid:
+    from ._storage import rjoin
+
     results = []
     for t in trials:
         err = TrialError(t.error, t.error_traceback, t.trial_id) if t.status == TrialStatus.ERROR else None
+        path = t.path if remote_dir is None else rjoin(remote_dir, os.path.basename(t.path))
         results.append(Result(
-            config=t.config, metrics=dict(t.last_result), path=t.path, error=err, checkpoint=t.checkpoint,
+            config=t.config, metrics=dict(t.last_result), path=path, error=err, checkpoint=t.checkpoint,
             best_checkpoints=list(t.checkpoints), status=str(t.status), trial_id=t.trial_id,
             mlflow_run_id=t.mlflow_run_id, lineage=list(t.lineage), stop_reason=t.stop_reason,
-            _history=list(t.results),
+            _history=list(t.results), _filesystem=storage_fs if remote_dir is not None else None,
         ))
-    return ResultGrid(results, metric, mode, experiment_dir)
+    return ResultGrid(results, metric, mode, remote_dir or experiment_dir)

@@ -360,6 +360,7 @@ def _describe_obj(obj: Any) -> str:
 
 
 def _dry_run(sweep: Any, show: int) -> int:
+    from ._storage import is_remote
     from ._tuner import Tuner, _local_path
     from .search import BasicVariantGenerator
 
@@ -381,7 +382,8 @@ def _dry_run(sweep: Any, show: int) -> int:
         ("scheduler", _describe_obj(tc.scheduler) if tc.scheduler else "FIFOScheduler"),
         ("scaling", f"{(sweep.scaling_config.num_workers if sweep.scaling_config else 1)} rank(s) per trial"),
         ("stop", json.dumps(_jsonable(rc.stop)) if rc.stop is not None else "-"),
-        ("experiment", os.path.join(_local_path(rc.storage_path), name)),
+        ("experiment", (rc.storage_path.rstrip("/") + "/" + name) if is_remote(rc.storage_path)
+         else os.path.join(_local_path(rc.storage_path), name)),
         ("cluster", rc.address or "embedded LocalCluster"),
     ]
     _out("tuneplat: dry run — the sweep file is valid; nothing was started")

@@ -108,8 +108,8 @@ def test_file_url_storage_path(tmp_path):
     from tuneplat._storage import resolve_storage_path
 
     assert resolve_storage_path(f"file://{tmp_path}/r") == f"{tmp_path}/r"
-    with pytest.raises(ValueError, match="mount the s3:// storage"):
-        resolve_storage_path("s3://bucket/results")
+    with pytest.raises(ValueError, match="not a local folder"):
+        resolve_storage_path("s3://bucket/results")  # remote URLs go through resolve_storage
     with pytest.raises(ValueError, match="three slashes"):
         resolve_storage_path("file://relative/path")
 

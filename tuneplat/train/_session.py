@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._checkpoint import Checkpoint
-from .._storage import checkpoint_name, stage_checkpoint
+from .._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 from ..execution._wire import recv_msg, send_msg
 
 __all__ = ["RankSpec", "Session", "TrainContext", "get_checkpoint", "get_context", "report"]
@@ -55,6 +55,8 @@ class RankSpec:
     metric: str | list[str] | None = None
     heartbeat_s: float = 2.0  # how often the rank tells the tuner it is alive
     abort_grace_s: float = 15.0  # after the tuner aborted the group, how long user code may take to unwind
+    storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
+    remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
 
 
 class TrainContext:
@@ -124,7 +126,10 @@ class Session:
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.context = TrainContext(spec)
-        self.checkpoint = Checkpoint(spec.checkpoint_path) if spec.checkpoint_path else None
+        self.checkpoint = None
+        if spec.checkpoint_path:
+            fs = spec.storage_fs if is_remote(spec.checkpoint_path) else None
+            self.checkpoint = Checkpoint(spec.checkpoint_path, fs)
         self.stopped = False
         self.send_lock = threading.Lock()
         self.finished = threading.Event()
@@ -156,6 +161,13 @@ class Session:
         t.start()
         return t
 
+    def _stage(self, folder: str) -> None:
+        name = checkpoint_name(self.iteration)
+        if self.spec.remote_trial_dir is not None:
+            remote_stage_checkpoint(self.spec.storage_fs, folder, self.spec.remote_trial_dir, name)
+        else:
+            stage_checkpoint(folder, self.spec.trial_dir, name)
+
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None:
         if self.stopped:
             raise StopTrial()
@@ -168,7 +180,11 @@ class Session:
         if checkpoint is not None:
             if not isinstance(checkpoint, Checkpoint):
                 raise TypeError(f"report(checkpoint=...) takes a tuneplat Checkpoint, got {type(checkpoint).__name__}")
-            stage_checkpoint(checkpoint.path, self.spec.trial_dir, checkpoint_name(self.iteration))
+            if checkpoint.filesystem is not None:
+                with checkpoint.as_directory() as local:  # a remote checkpoint reported again (rare)
+                    self._stage(local)
+            else:
+                self._stage(checkpoint.path)
             staged = True
         result = None
         if self.spec.rank == 0:
