@@ -160,3 +160,19 @@ def test_restore_from_the_s3_url_on_a_machine_without_the_cache(dask_client, s3,
         fs.get_file(f"{exp_url}/journal.jsonl", os.path.join(d, "j"))
         events = [json.loads(line)["event"] for line in open(os.path.join(d, "j"))]
     assert events.count("experiment") == 2  # the resumed run's journal was uploaded too
+
+
+def test_mlflow_logs_remote_checkpoints_as_artifacts(dask_client, s3, cache_dir, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    fs, url = s3
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    rc = tune.RunConfig(storage_path=f"{url}/results", storage_filesystem=fs, verbose=0,
+                        mlflow=tune.MLflowConfig(tracking_uri=uri, experiment_name="remote-ckpts"))
+    (r,) = tune.Tuner(T.counts_with_checkpoints, param_space={"steps": 2}, run_config=rc, client=dask_client).fit()
+    assert r.error is None and r.mlflow_run_id
+    client = MlflowClient(tracking_uri=uri)
+    logged = sorted(a.path for a in client.list_artifacts(r.mlflow_run_id, "checkpoints"))
+    assert logged == ["checkpoints/checkpoint_000001", "checkpoints/checkpoint_000002"]
+    files = [a.path for a in client.list_artifacts(r.mlflow_run_id, "checkpoints/checkpoint_000002")]
+    assert files == ["checkpoints/checkpoint_000002/state.json"]  # the manifest stays out
