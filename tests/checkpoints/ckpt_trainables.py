@@ -53,3 +53,22 @@ def saves_torch(config):
     with tempfile.TemporaryDirectory() as d:
         torch.save({"w": torch.arange(4.0) * config["k"]}, os.path.join(d, "model.pt"))
         tune.report({"k": config["k"]}, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def pbt_accumulate(config):
+    """acc grows by lr each step; the checkpoint holds acc, the step and the trial that wrote it (for PBT)."""
+    me = tune.get_context().get_trial_id()
+    acc, step, came_from = 0.0, 0, None
+    ckpt = train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            with open(os.path.join(d, "state.json")) as f:
+                state = json.load(f)
+        acc, step, came_from = state["acc"], state["step"], state["writer"]
+    while step < config["steps"]:
+        step += 1
+        acc += config["lr"]
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"acc": acc, "step": step, "writer": me}, f)
+            tune.report({"acc": acc, "came_from": came_from}, checkpoint=tune.Checkpoint.from_directory(d))

@@ -176,3 +176,29 @@ def test_mlflow_logs_remote_checkpoints_as_artifacts(dask_client, s3, cache_dir,
     assert logged == ["checkpoints/checkpoint_000001", "checkpoints/checkpoint_000002"]
     files = [a.path for a in client.list_artifacts(r.mlflow_run_id, "checkpoints/checkpoint_000002")]
     assert files == ["checkpoints/checkpoint_000002/state.json"]  # the manifest stays out
+
+
+def test_pbt_clones_checkpoints_on_s3(dask_client, s3, cache_dir):
+    from tuneplat.schedulers import PopulationBasedTraining
+
+    fs, url = s3
+    pbt = PopulationBasedTraining(perturbation_interval=2, hyperparam_mutations={"lr": [0.1, 0.5, 1.0]},
+                                  quantile_fraction=0.5, seed=0)
+    results = tune.Tuner(T.pbt_accumulate, param_space={"lr": tune.grid_search([0.1, 1.0]), "steps": 6},
+                         tune_config=tune.TuneConfig(metric="acc", mode="max", scheduler=pbt),
+                         run_config=_rc(fs, url, name="pbt"), client=dask_client).fit()
+    assert results.num_errors == 0
+    clones = [ev for r in results for ev in r.lineage]
+    assert clones, "PBT never exploited"
+    checked = 0
+    for r in results:
+        for ev in r.lineage:
+            # the clone is a committed checkpoint of the exploiting trial, on S3, written by the source trial
+            df = r.metrics_dataframe
+            after = df[df["training_iteration"] == ev["iteration"] + 1]
+            if len(after):
+                assert after.iloc[0]["came_from"] == ev["from_trial"]
+                checked += 1
+        assert r.checkpoint.path.startswith(f"{url}/results/pbt/")
+        assert fs.exists(f"{r.checkpoint.path}/{MANIFEST}")
+    assert checked >= 1
