@@ -12,6 +12,7 @@ import time
 
 import mlflow
 import mlflow_trainables as T
+import psutil
 import pytest
 from conftest import free_port, stop_group
 from mlflow import MlflowClient
@@ -129,6 +130,58 @@ def test_dead_tracking_server_does_not_stall_the_sweep(dask_client, storage, mon
     assert report["tracking_uri"] == dead
     assert report["not_logged"]["metric values"] > 0 and report["not_logged"]["run creation"] == 5
     assert any("did not take everything" in r.getMessage() for r in caplog.records)
+
+
+def _uploader_pids() -> set[int]:
+    """The MLflow uploader processes this test process has started (and that are still running)."""
+    pids = set()
+    for p in psutil.Process().children():
+        try:
+            if "_child_main" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                pids.add(p.pid)
+        except psutil.Error:
+            pass
+    return pids
+
+
+def test_one_uploader_process_serves_successive_fits_and_a_dead_one_is_replaced(dask_client, storage,
+                                                                                monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{storage}/mlflow.db"
+    _fit(dask_client, storage, "reuse_1", None, space={"x": 1.0})
+    first = _uploader_pids()
+    assert first
+    _fit(dask_client, storage, "reuse_2", None, space={"x": 2.0})
+    assert _uploader_pids() == first  # the second fit() started no uploader: it used the idle one
+
+    for pid in first:  # an uploader that died between two fits (OOM killer, a user's kill)
+        proc = psutil.Process(pid)
+        proc.kill()
+        proc.wait(timeout=30)
+    results = _fit(dask_client, storage, "reuse_3", None, space={"x": 3.0})
+    third = _uploader_pids()
+    assert third and not third & first  # replaced by a new one
+    for name, x in (("reuse_1", 1.0), ("reuse_2", 2.0), ("reuse_3", 3.0)):
+        c, parent, children = _runs(uri, name)
+        assert parent[0].info.status == "FINISHED" and len(children) == 1
+        assert children[0].data.params["x"] == str(x) and children[0].info.status == "FINISHED"
+        assert sorted(m.step for m in c.get_metric_history(children[0].info.run_id, "loss")) == [1, 2, 3, 4]
+    assert results[0].mlflow_run_id == children[0].info.run_id
+
+
+def test_uploader_process_ends_with_the_interpreter(storage, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(here)), here]))
+    out = subprocess.run([sys.executable, os.path.join(here, "exit_fit.py"), storage], env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    pids = [int(p) for p in out.stdout.split()]
+    assert pids  # the fit used an uploader process ...
+    assert not [p for p in pids if psutil.pid_exists(p)]  # ... which ended before the interpreter did
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    _c, parent, children = _runs(f"sqlite:///{storage}/mlflow.db", "exits")
+    assert parent[0].info.status == "FINISHED" and children[0].info.status == "FINISHED"
 
 
 @pytest.mark.slow

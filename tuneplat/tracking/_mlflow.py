@@ -14,6 +14,7 @@ with a bounded wait and whatever could not be logged is reported in a warning
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -163,13 +164,16 @@ class _Uploader:
     """Runs in the uploader process: the only code that talks to MLflow."""
 
     def __init__(self, tracking_uri: str, experiment_name: str, artifact_location: str | None,
-                 experiment_tags: dict[str, str], send: Callable[[tuple[Any, ...]], None]) -> None:
+                 experiment_tags: dict[str, str], send: Callable[[tuple[Any, ...]], None], *,
+                 inbox: queue.Queue[tuple[Any, ...]] | None = None, flush_timeout: float | None = None) -> None:
         self.send = send
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.artifact_location = artifact_location
         self.experiment_tags = experiment_tags
-        self.inbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.inbox: queue.Queue[tuple[Any, ...]] = inbox if inbox is not None else queue.Queue()
+        self.flush_timeout = _flush_timeout() if flush_timeout is None else flush_timeout
+        self.exiting = False  # the tuner closed the pipe: leave the process after this session
         self.runs: dict[str, _RunState] = {}
         self.experiment_id: str | None = None
         self.dropped: list[str] = []
@@ -206,7 +210,7 @@ class _Uploader:
                 if self.closing:
                     break
             elif self.closing:
-                if time.monotonic() - max(self.progress_at, self.closed_at) > _flush_timeout():
+                if time.monotonic() - max(self.progress_at, self.closed_at) > self.flush_timeout:
                     break
                 backoff = 1.0
             else:
@@ -227,9 +231,12 @@ class _Uploader:
 
     def _apply(self, item: tuple[Any, ...]) -> None:
         op = item[0]
-        if op == "close":
+        if op in ("close", "exit"):
             self.closing = True
             self.closed_at = time.monotonic()
+            self.exiting = self.exiting or op == "exit"
+            return
+        if op == "session":  # cannot happen: the tuner starts a session only after the last one's report
             return
         key = item[1]
         if op == "run":
@@ -419,7 +426,10 @@ class _Uploader:
         while st.artifacts:
             kind, payload, path = st.artifacts[0]
             try:
-                if kind == "dir":
+                if kind == "dir" and not isinstance(payload, str):  # a checkpoint on remote storage
+                    with payload.as_directory() as local:
+                        client.log_artifacts(rid, local, artifact_path=path)
+                elif kind == "dir":
                     client.log_artifacts(rid, payload, artifact_path=path)
                 else:
                     client.log_text(rid, payload, path)
@@ -501,7 +511,13 @@ def _read_frame(f: Any) -> Any:
 
 
 def _child_main() -> None:
-    """Entry point of the uploader process: frames of events on stdin, replies on (the original) stdout."""
+    """Entry point of the uploader process: frames of events on stdin, replies on (the original) stdout.
+
+    The process outlives one ``fit()``: it imports MLflow at once (while the tuner
+    starts its cluster), then serves one session after another — a
+    ``("session", init)`` item, that session's events, its ``("close",)`` — until
+    stdin ends. At the end of stdin it flushes what it has and leaves.
+    """
     try:
         os.nice(10)  # the tuner's loop and the trials come first; logging catches up in idle time
     except OSError:
@@ -519,49 +535,88 @@ def _child_main() -> None:
             except (BrokenPipeError, OSError):
                 pass
 
-    init = _read_frame(inp)
-    os.environ.update(init["env"])
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    up = _Uploader(init["tracking_uri"], init["experiment_name"], init["artifact_location"], {}, send)
+    inbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
 
     def pump() -> None:
         try:
             while True:
                 for item in _read_frame(inp):
-                    up.inbox.put(item)
+                    inbox.put(item)
         except (EOFError, OSError, pickle.UnpicklingError):
-            up.inbox.put(("close",))  # the tuner is gone or done: flush what we have and leave
+            inbox.put(("exit",))  # the tuner is gone or done: flush what we have and leave
 
     threading.Thread(target=pump, name="tuneplat-mlflow-in", daemon=True).start()
-    up.run()
+    # the imports that the first session would otherwise wait for (~2-3 s)
+    import mlflow
+    import mlflow.entities
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+    send(("ready",))
+    while True:
+        item = inbox.get()
+        if item[0] == "exit":
+            return
+        if item[0] != "session":
+            continue  # a stray item of a session the tuner gave up on
+        init = item[1]
+        up = _Uploader(init["tracking_uri"], init["experiment_name"], init["artifact_location"], {}, send,
+                       inbox=inbox, flush_timeout=init["flush_timeout"])
+        up.run()
+        if up.exiting:
+            return
+
+
+def _uploader_env() -> dict[str, str]:
+    """The ``MLFLOW_*`` environment the uploader process runs with (the user's settings win)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}
+    # MLflow's defaults retry one request for ~4 minutes; the uploader retries the whole
+    # backlog itself, so keep each attempt short (in the uploader process only).
+    env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    env.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    env.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    # set_terminated would print two links and fetch the run again for every trial
+    env.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    env.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")  # no INFO chatter (DB migrations) on the terminal
+    return env
 
 
 class _UploaderProcess:
-    """The tuner's handle on the uploader process: non-blocking ``put``, bounded ``close``."""
+    """The tuner's handle on one uploader process; it serves one :class:`_Session` at a time."""
 
-    def __init__(self, init: dict[str, Any], ids_file: str | None = None) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         import tuneplat
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(tuneplat.__file__)))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        full = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        full.update(env)
+        full["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        self.env = env
+        self.owner = os.getpid()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from tuneplat.tracking._mlflow import _child_main; _child_main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=full)
         self.outq: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
-        self.created: list[tuple[str, str, str]] = []
-        self.created_lock = threading.Lock()
-        self.report: dict[str, Any] | None = None
-        self.last_heard = time.monotonic()
-        self.done = threading.Event()
+        self.ready = threading.Event()
+        self.session: _Session | None = None
         self.broken: str | None = None
-        self.ids_file = ids_file
-        _write_frame(self.proc.stdin, init)
+        self.last_heard = time.monotonic()
         threading.Thread(target=self._writer, name="tuneplat-mlflow-out", daemon=True).start()
         threading.Thread(target=self._reader, name="tuneplat-mlflow-in", daemon=True).start()
 
-    def put(self, item: tuple[Any, ...]) -> None:
+    def usable(self) -> bool:
+        """Alive, not in use by a session that went wrong, and started by this process (not a fork's parent)."""
+        return self.broken is None and self.proc.poll() is None and self.owner == os.getpid()
+
+    def start(self, init: dict[str, Any], ids_file: str | None) -> _Session:
+        session = _Session(self, ids_file)
+        self.session = session
+        self.put(("session", init))
+        return session
+
+    def put(self, item: tuple[Any, ...] | None) -> None:
         self.outq.put(item)
 
     def _writer(self) -> None:
@@ -569,7 +624,7 @@ class _UploaderProcess:
         while not stop:
             items = [self.outq.get()]
             window_end = time.monotonic() + BATCH_WINDOW_S / 2  # fewer, bigger frames: less GIL churn
-            while items[-1] is not None:
+            while items[-1] is not None and items[-1][0] != "close":  # a close is sent at once
                 try:
                     items.append(self.outq.get(timeout=max(0.0, window_end - time.monotonic())))
                 except queue.Empty:
@@ -578,9 +633,10 @@ class _UploaderProcess:
                 stop = True
                 items = [i for i in items if i is not None]
             try:
-                _write_frame(self.proc.stdin, items)
+                if items:
+                    _write_frame(self.proc.stdin, items)
             except (BrokenPipeError, OSError) as exc:
-                self.broken = f"the MLflow uploader process ended early ({exc})"
+                self.broken = self.broken or f"the MLflow uploader process ended early ({exc})"
                 return
         try:
             self.proc.stdin.close()
@@ -592,19 +648,67 @@ class _UploaderProcess:
             while True:
                 msg = _read_frame(self.proc.stdout)
                 self.last_heard = time.monotonic()
-                if msg[0] == "created":
-                    with self.created_lock:
-                        self.created.append(msg[1:])
-                    self._record(msg[1], msg[2])
+                session = self.session
+                if msg[0] == "ready":
+                    self.ready.set()
+                elif session is None:
+                    continue
+                elif msg[0] == "created":
+                    with session.created_lock:
+                        session.created.append(msg[1:])
+                    session.record(msg[1], msg[2])
                 elif msg[0] == "done":
-                    self.report = msg[1]
-                    break
+                    session.report = msg[1]
+                    self.session = None
+                    session.done.set()
         except (EOFError, OSError, pickle.UnpicklingError):
             self.broken = self.broken or f"the MLflow uploader process exited with code {self.proc.poll()}"
-        finally:
-            self.done.set()
+            session = self.session
+            if session is not None:
+                session.done.set()
 
-    def _record(self, key: str, run_id: str) -> None:
+    def kill(self) -> None:
+        self.broken = self.broken or "stopped"
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def shutdown(self) -> None:
+        """At interpreter exit: end an idle uploader; a busy one flushes on its own at the end of its stdin."""
+        if self.owner != os.getpid() or self.proc.poll() is not None:
+            return
+        self.put(None)  # the writer closes stdin: the uploader finishes what it has and leaves
+        if self.session is not None:
+            return  # it has a backlog to write; it ends on its own (bounded by its flush timeout)
+        if not self.ready.is_set():
+            self.proc.terminate()  # still importing MLflow: nothing to lose
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _Session:
+    """One ``fit()``'s use of an uploader process: non-blocking ``put``, bounded ``close``."""
+
+    def __init__(self, proc: _UploaderProcess, ids_file: str | None) -> None:
+        self.proc = proc
+        self.pid = proc.proc.pid
+        self.created: list[tuple[str, str, str]] = []
+        self.created_lock = threading.Lock()
+        self.report: dict[str, Any] | None = None
+        self.done = threading.Event()
+        self.ids_file = ids_file
+
+    @property
+    def broken(self) -> str | None:
+        return self.proc.broken
+
+    def put(self, item: tuple[Any, ...]) -> None:
+        self.proc.put(item)
+
+    def record(self, key: str, run_id: str) -> None:
         """Run ids reach the journal on the loop thread, at its next hook; this file has them at once."""
         if self.ids_file is None:
             return
@@ -624,33 +728,94 @@ class _UploaderProcess:
         return created
 
     def close(self, idle_timeout: float) -> None:
-        """Ask for the final flush and wait for the uploader's report.
+        """Ask for the final flush and wait for the uploader's report; then give the process back to the pool.
 
         The uploader itself gives up after ``idle_timeout`` seconds without
         progress and reports what is left. This side only guards against an
         uploader stuck inside one MLflow call (bounded by the HTTP timeouts it
         runs with) or still starting up: ``idle_timeout + STUCK_GRACE_S``
-        without hearing from it.
+        without hearing from it. Such an uploader is killed, not reused.
         """
+        proc = self.proc
         self.put(("close",))
-        self.put(None)
         closed_at = time.monotonic()
-        while not self.done.wait(timeout=0.5):
-            if time.monotonic() - max(self.last_heard, closed_at) > idle_timeout + STUCK_GRACE_S:
-                self.broken = (f"the MLflow uploader sent nothing for {idle_timeout + STUCK_GRACE_S:.0f}s "
-                               "(stuck in a request to the tracking server?)")
-                break
-        if self.proc.poll() is None:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()  # stuck in a request to an unreachable server
-                self.proc.wait()
+        finished = False
+        try:
+            while not self.done.wait(timeout=0.5):
+                if time.monotonic() - max(proc.last_heard, closed_at) > idle_timeout + STUCK_GRACE_S:
+                    proc.broken = (f"the MLflow uploader sent nothing for {idle_timeout + STUCK_GRACE_S:.0f}s "
+                                   "(stuck in a request to the tracking server?)")
+                    proc.kill()
+                    return
+            finished = self.report is not None
+        finally:
+            if finished and proc.usable():
+                _POOL.release(proc)
+            elif proc.session is self:
+                proc.put(None)  # interrupted while flushing: let it finish on its own, never reuse it
+                proc.broken = proc.broken or "left while flushing"
+
+
+class _Pool:
+    """Idle uploader processes of this Python process, by their ``MLFLOW_*`` environment.
+
+    Starting one costs ~3 s (Python and ``import mlflow``), so one is started
+    when an :class:`MLflowCallback` is made (at ``fit()`` start, while the
+    cluster starts) and kept for the next ``fit()``. A dead one is replaced.
+    All are ended at interpreter exit.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle: dict[tuple[tuple[str, str], ...], list[_UploaderProcess]] = {}
+        self.every: list[_UploaderProcess] = []
+        self.hooked = False
+
+    def warm(self, env: dict[str, str]) -> None:
+        """Make sure an idle uploader for ``env`` exists (start one if not)."""
+        self.release(self.acquire(env))
+
+    def acquire(self, env: dict[str, str]) -> _UploaderProcess:
+        key = tuple(sorted(env.items()))
+        with self.lock:
+            idle = self.idle.get(key, [])
+            while idle:
+                proc = idle.pop()
+                if proc.usable():
+                    return proc
+            proc = _UploaderProcess(env)
+            self.every = [p for p in self.every if p.proc.poll() is None] + [proc]
+            if not self.hooked:
+                atexit.register(self.shutdown)
+                self.hooked = True
+            return proc
+
+    def release(self, proc: _UploaderProcess) -> None:
+        if not proc.usable():
+            return
+        with self.lock:
+            idle = self.idle.setdefault(tuple(sorted(proc.env.items())), [])
+            if proc not in idle:
+                idle.append(proc)
+
+    def shutdown(self) -> None:
+        with self.lock:
+            procs, self.every, self.idle = self.every, [], {}
+        for proc in procs:
+            proc.shutdown()
+
+
+_POOL = _Pool()
 
 
 def _status_for(trial: Any) -> str:
     s = str(trial.status)
     return {"TERMINATED": "FINISHED", "ERROR": "FAILED"}.get(s, "KILLED")
+
+
+def _artifact_source(ckpt: Any) -> Any:
+    """A local checkpoint's folder; a remote one travels whole (the uploader downloads it)."""
+    return ckpt.path if ckpt.filesystem is None else ckpt
 
 
 class MLflowCallback(Callback):
@@ -670,9 +835,11 @@ class MLflowCallback(Callback):
         self.config = config
         self.experiment_name = experiment_name
         self.tracking_uri: str | None = None
-        self.uploader: _UploaderProcess | None = None
+        self.uploader: _Session | None = None
         self.unlogged: dict[str, int] = {}
         self._superseded: set[str] = set()
+        # start (or find) the uploader process now: its ~3 s of start-up overlap the cluster's
+        _POOL.warm(_uploader_env())
 
     # ---------------------------------------------------------------- helpers
     def _put(self, *item: Any) -> None:
@@ -749,20 +916,11 @@ class MLflowCallback(Callback):
             for t in ctrl.trials:
                 if t.mlflow_run_id is None and t.trial_id in known:
                     t.mlflow_run_id = known[t.trial_id]
-        env = {k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}
-        # MLflow's defaults retry one request for ~4 minutes; the uploader retries the whole
-        # backlog itself, so keep each attempt short (in the uploader process only; the user's
-        # own settings win).
-        env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-        env.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-        env.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-        # set_terminated would print two links and fetch the run again for every trial
-        env.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-        env.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")  # no INFO chatter (DB migrations) on the terminal
         self.run_ids: dict[str, str] = {}
-        self.uploader = _UploaderProcess({"tracking_uri": self.tracking_uri, "experiment_name": self.mlflow_experiment,
-                                          "artifact_location": artifact_location, "env": env},
-                                         os.path.join(ctrl.experiment_dir, IDS_FILE))
+        self.uploader = _POOL.acquire(_uploader_env()).start(
+            {"tracking_uri": self.tracking_uri, "experiment_name": self.mlflow_experiment,
+             "artifact_location": artifact_location, "flush_timeout": _flush_timeout()},
+            os.path.join(ctrl.experiment_dir, IDS_FILE))
         sched = getattr(ctrl.scheduler, "describe", dict)()
         params = {
             "metric": _param_value(ctrl.metric), "mode": _param_value(ctrl.mode),
@@ -841,7 +999,7 @@ class MLflowCallback(Callback):
             self._put("artifact", tid, ("text", trial.error_traceback or trial.error, "error.txt"))
         if self.config.log_checkpoints:
             for ckpt, _metrics in trial.checkpoints:
-                self._put("artifact", tid, ("dir", ckpt.path, f"checkpoints/{os.path.basename(ckpt.path)}"))
+                self._put("artifact", tid, ("dir", _artifact_source(ckpt), f"checkpoints/{os.path.basename(ckpt.path)}"))
         self._put("end", tid, _status_for(trial), int(time.time() * 1000))
 
     def _relog_last(self, trial: Any) -> None:
@@ -875,7 +1033,7 @@ class MLflowCallback(Callback):
                     logger.warning("tuneplat: register_best_model=%r: the best trial %s has no checkpoint; nothing "
                                    "registered (report a checkpoint to register a model)", name, best.trial_id)
                 else:
-                    self._put("artifact", best.trial_id, ("dir", best.checkpoint.path, "model"))
+                    self._put("artifact", best.trial_id, ("dir", _artifact_source(best.checkpoint), "model"))
                     self._put("register", best.trial_id, name)
         self._put("end", PARENT, {"finished": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED"),
                   int(time.time() * 1000))
@@ -895,7 +1053,7 @@ class MLflowCallback(Callback):
             return None
         return ctrl.by_id.get(best.trial_id)
 
-    def _report_backlog(self, ctrl: Any, up: _UploaderProcess) -> None:
+    def _report_backlog(self, ctrl: Any, up: _Session) -> None:
         if up.report is not None:
             report = {"tracking_uri": self.tracking_uri, **up.report}
         else:  # the uploader died or hung: we cannot know exactly what it had sent
