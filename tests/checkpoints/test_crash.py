@@ -68,3 +68,48 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_checkpoint(tmp_
     # the writer made progress across restarts and the kills did land in the middle of writes
     assert progress[-1] > progress[0], f"seed {seed}: no progress {progress}"
     assert killed_mid_write > 0, f"seed {seed}: no kill landed while a checkpoint was being written"
+
+
+def _is_whole_remote(fs, folder: str) -> bool:
+    manifest = json.loads(fs.cat_file(f"{folder}/manifest.json"))
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.find(folder))
+    if names != sorted([*manifest["files"], "manifest.json", ".tuneplat_manifest.json"]):
+        return False
+    for name, digest in manifest["files"].items():
+        if hashlib.sha256(fs.cat_file(f"{folder}/{name}")).hexdigest() != digest:
+            return False
+    return folder.rsplit("/", 1)[-1] == f"checkpoint_{manifest['iteration']:06d}"
+
+
+@pytest.mark.slow
+def test_sigkill_during_remote_checkpoint_writes_never_exposes_a_partial_checkpoint(s3, s3_endpoint):
+    """The same on S3, where "rename" is a copy: only manifest-committed folders count, and they are whole."""
+    from remote_crash_writer import committed
+
+    seed = int(os.environ.get("TUNEPLAT_CRASH_SEED", random.SystemRandom().randrange(2**32)))
+    print(f"remote crash test seed: {seed} (rerun with TUNEPLAT_CRASH_SEED={seed})")
+    log.warning("remote crash test seed: %s", seed)
+    rng = random.Random(seed)
+    fs, url = s3
+    trial = f"{url}/exp/trial"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)), HERE]))
+    progress = []
+    killed_mid_write = 0
+    for round_ in range(max(ROUNDS // 2, 4)):
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "remote_crash_writer.py"), s3_endpoint, trial],
+                                stdout=subprocess.PIPE, text=True, env=env)
+        line = proc.stdout.readline().split()
+        assert line and line[0] == "ready", f"seed {seed} round {round_}: writer did not start: {line}"
+        progress.append(int(line[1]))
+        time.sleep(rng.uniform(0.2, 1.5))  # the kill moment (seeded), not a synchronisation
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        fs.invalidate_cache()
+        names = [p.rsplit("/", 1)[-1] for p in fs.ls(trial, detail=False)] if fs.exists(trial) else []
+        killed_mid_write += any(n.startswith(".staging_") or not fs.exists(f"{trial}/{n}/.tuneplat_manifest.json")
+                                for n in names)
+        for c in committed(fs, trial):  # what a restart sees
+            assert _is_whole_remote(fs, c), f"seed {seed} round {round_}: partial checkpoint {c}"
+    assert progress[-1] > progress[0], f"seed {seed}: no progress {progress}"
+    assert killed_mid_write > 0, f"seed {seed}: no kill landed while a checkpoint was being written"
