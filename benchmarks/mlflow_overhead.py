@@ -40,10 +40,10 @@ def one_fit(client, storage: str, mlflow_on: bool) -> dict:
     import tuneplat as tune
 
     class Clock(tune.Callback):
-        def on_experiment_start(self, ctrl):
+        def setup(self, **info):
             self.start = time.perf_counter()
 
-        def on_trial_complete(self, ctrl, trial):
+        def on_trial_complete(self, iteration, trials, trial, **info):
             self.last = time.perf_counter()
 
     clock = Clock()

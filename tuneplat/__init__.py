@@ -9,7 +9,7 @@ Porting a Ray Tune script is mostly changing imports::
 from __future__ import annotations
 
 from . import schedulers, search, train
-from ._callbacks import Callback
+from ._user_callbacks import Callback
 from ._checkpoint import Checkpoint
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
 from ._controller import TuneError
@@ -17,6 +17,7 @@ from ._journal import read_journal
 from ._result import Result, ResultGrid, TrialError
 from ._trial import TrialStatus
 from ._tuner import Tuner
+from ._wrappers import with_parameters, with_resources
 from .execution._cluster import PlacementError
 from .search import (
     choice,
@@ -77,4 +78,6 @@ __all__ = [
     "search",
     "train",
     "uniform",
+    "with_parameters",
+    "with_resources",
 ]

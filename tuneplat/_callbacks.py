@@ -1,4 +1,8 @@
-"""Callbacks: how tracking (MLflow) and other observers follow an experiment.
+"""Controller callbacks: how tracking (MLflow) follows an experiment from inside the tuner.
+
+This is the internal interface. Users subclass :class:`tuneplat.Callback`, which
+has Ray Tune's hook signatures and is adapted onto this one
+(``tuneplat/_user_callbacks.py``).
 
 Every hook receives the controller first (``ctrl.trials``, ``ctrl.experiment_dir``,
 ``ctrl.metric``, ...). Hooks run on the tuner's loop: keep them fast and never
@@ -9,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Callback"]
+__all__ = ["Callback", "ControllerCallback"]
 
 
-class Callback:
+class ControllerCallback:
     """Base class with do-nothing hooks; override the ones you need."""
 
     def on_experiment_start(self, ctrl: Any) -> None: ...
@@ -34,3 +38,7 @@ class Callback:
     def on_trial_complete(self, ctrl: Any, trial: Any) -> None: ...
 
     def on_experiment_end(self, ctrl: Any, status: str) -> None: ...
+
+
+#: The name ``tuneplat.tracking`` imports; the public ``tuneplat.Callback`` is the Ray-style one.
+Callback = ControllerCallback

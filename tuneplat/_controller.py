@@ -251,7 +251,11 @@ class Controller:
         os.makedirs(self.experiment_dir, exist_ok=True)
         self.journal = Journal(os.path.join(self.experiment_dir, "journal.jsonl"))
         self._setup_search()
-        self.cluster = Cluster(self.client_arg, self.rc.address)
+        self.cluster = Cluster(self.client_arg, self.rc.address, cpus_per_rank=self.request.get("CPU", 1.0))
+        self._trainable_deps: tuple[Any, ...] = ()
+        bind = getattr(self.trainable, "_tuneplat_bind", None)
+        if bind is not None:  # tune.with_parameters: its objects go to the cluster once, not with every task
+            self.trainable, self._trainable_deps = bind(self.cluster.client)
         self.selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -696,7 +700,8 @@ class Controller:
                 remote_trial_dir=self._remote_trial(trial) if self.remote_dir is not None else None,
             )
             key = f"tuneplat-{trial.trial_id}-a{attempt}-r{r.index}-{token.hex()[:6]}"
-            r.future = self.cluster.client.submit(run_rank, self.trainable, spec, key=key, workers=[a.address],
+            r.future = self.cluster.client.submit(run_rank, self.trainable, spec, *self._trainable_deps, key=key,
+                                                  workers=[a.address],
                                                   allow_other_workers=False, pure=False, retries=0)
             r.future.add_done_callback(lambda fut, g=group, rk=r: self._wake(("task_done", (g, rk))))
 

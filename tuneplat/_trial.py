@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ._checkpoint import Checkpoint
 
@@ -29,6 +29,21 @@ class TrialStatus(str, enum.Enum):
 
 @dataclass
 class Trial:
+    """One trial, as the tuner tracks it; what callbacks and name creators receive.
+
+    Ray's attributes are here under Ray's names: ``trial_id``, ``config``,
+    ``last_result``, ``status`` (compare with ``Trial.RUNNING`` or ``"RUNNING"``),
+    ``path``/``local_path``/``logdir`` (the trial folder), ``checkpoint``,
+    ``trainable_name``, ``experiment_tag``, ``num_failures``, ``error``;
+    ``str(trial)`` is its name. Treat it as read-only.
+    """
+
+    PENDING: ClassVar[str] = TrialStatus.PENDING.value
+    RUNNING: ClassVar[str] = TrialStatus.RUNNING.value
+    PAUSED: ClassVar[str] = TrialStatus.PAUSED.value
+    TERMINATED: ClassVar[str] = TrialStatus.TERMINATED.value
+    ERROR: ClassVar[str] = TrialStatus.ERROR.value
+
     trial_id: str
     config: dict[str, Any]
     path: str
@@ -47,6 +62,42 @@ class Trial:
     mlflow_run_id: str | None = None
     time_total_s: float = 0.0
     stopped_by_scheduler: bool = False
+    trainable_name: str = ""
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"Trial({self.name!r}, status={self.status.value})"
+
+    @property
+    def local_path(self) -> str:
+        """The trial folder (Ray: ``Trial.local_path``)."""
+        return self.path
+
+    @property
+    def logdir(self) -> str:
+        """The trial folder (Ray's older name)."""
+        return self.path
+
+    @property
+    def experiment_tag(self) -> str:
+        """A short tag of the trial's config values, as Ray's (e.g. ``3_lr=0.0100,layers=2``)."""
+        from .search._space import flatten_dict
+
+        index = self.trial_id.rsplit("_", 1)[-1].lstrip("0") or "0"
+        parts = []
+        for k, v in flatten_dict(self.config).items():
+            text = f"{v:.4f}" if isinstance(v, float) else str(v)
+            parts.append(f"{k.rsplit('/', 1)[-1]}={text}")
+        return "_".join([index, ",".join(parts)]) if parts else index
+
+    @property
+    def evaluated_params(self) -> dict[str, Any]:
+        """The config, flattened (``"a/b"`` keys)."""
+        from .search._space import flatten_dict
+
+        return dict(flatten_dict(self.config))
 
     @property
     def last_result(self) -> dict[str, Any]:

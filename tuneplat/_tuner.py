@@ -11,6 +11,8 @@ from typing import Any
 from ._config import RunConfig, ScalingConfig, TuneConfig
 from ._result import Result, ResultGrid, TrialError
 from ._trial import Trial, TrialStatus
+from ._user_callbacks import adapt_callbacks
+from ._wrappers import resources_of
 from .search._space import validate_space
 
 __all__ = ["Tuner"]
@@ -91,12 +93,19 @@ class Tuner:
             fn = trainable
         else:
             raise TypeError(f"trainable must be a function fn(config) or a TorchTrainer, got {type(trainable).__name__}")
+        resources = resources_of(trainable)
+        if resources is not None:  # tune.with_resources: what every trial asks for
+            if scaling_config is not None:
+                raise ValueError("The trainable has resources from tune.with_resources() and the Tuner got "
+                                 "scaling_config= as well; give them in one place.")
+            self.scaling_config = resources
         self.scaling_config = self.scaling_config or ScalingConfig()
         if not isinstance(self.tune_config, TuneConfig):
             raise TypeError(f"tune_config must be a tuneplat.TuneConfig, got {type(self.tune_config).__name__}")
         if not isinstance(self.run_config, RunConfig):
             raise TypeError(f"run_config must be a tuneplat.RunConfig, got {type(self.run_config).__name__}")
         validate_space(self.param_space)
+        adapt_callbacks(self.run_config.callbacks)  # refuse a wrong callback now, not at fit()
         _check_picklable(fn)
         self.trainable = fn
         self.trainable_name = _trainable_name(getattr(trainable, "train_loop_per_worker", trainable))
@@ -142,7 +151,7 @@ class Tuner:
         from ._controller import Controller, TuneError
         from .tracking import make_callbacks
 
-        callbacks = make_callbacks(self.run_config, self.experiment_name) + list(self.run_config.callbacks or [])
+        callbacks = make_callbacks(self.run_config, self.experiment_name) + adapt_callbacks(self.run_config.callbacks)
         ctrl = Controller(
             trainable=self.trainable, param_space=self.param_space, tune_config=self.tune_config,
             run_config=self.run_config, scaling_config=self.scaling_config, experiment_dir=self.experiment_dir,
@@ -233,7 +242,7 @@ class Tuner:
         return cls(
             trainable, param_space=param_space if param_space is not None else saved.get("param_space"),
             tune_config=tune_config or saved.get("tune_config"), run_config=rc,
-            scaling_config=scaling_config or saved.get("scaling_config"),
+            scaling_config=scaling_config or (None if resources_of(trainable) else saved.get("scaling_config")),
             client=client, _resume=(path, trials, remote_dir),
         )
 

@@ -68,7 +68,7 @@ class _Arrivals(tune.Callback):
     def __init__(self):
         self.seen = []
 
-    def on_trial_result(self, ctrl, trial, result):
+    def on_trial_result(self, iteration, trials, trial, result, **info):
         import time
 
         self.seen.append((trial.trial_id, result["training_iteration"], time.time(), result["timestamp"]))
@@ -242,7 +242,7 @@ def test_a_cluster_that_cannot_take_trials_ends_the_experiment_restorably(storag
     client = Client(cluster, set_as_default=False)
     try:
         class ScaleToZero(tune.Callback):
-            def on_trial_result(self, ctrl, trial, result):
+            def on_trial_result(self, iteration, trials, trial, result, **info):
                 cluster.scale(0)  # the only worker leaves for good while the first trial runs
 
         tuner = tune.Tuner(T.kills_cluster_worker, param_space={"i": tune.grid_search([0, 1, 2])},

@@ -132,7 +132,7 @@ class _InterruptAfter(tune.Callback):
         self.n = n
         self.done = 0
 
-    def on_trial_complete(self, ctrl, trial):
+    def on_trial_complete(self, iteration, trials, trial, **info):
         self.done += 1
         if self.done == self.n:
             raise KeyboardInterrupt("test interrupt")

@@ -39,12 +39,13 @@ class Cluster:
 
     Order (Dask's convention): an explicit ``client``; else ``address``; else
     the process's active ``distributed.Client``; else an embedded
-    ``LocalCluster`` (one single-threaded worker process per core, all
-    listeners on 127.0.0.1), which :meth:`close` shuts down. Clusters that
+    ``LocalCluster`` (one single-threaded worker process per core, or per
+    ``cpus_per_rank`` cores when a rank needs more than one; all listeners on
+    127.0.0.1), which :meth:`close` shuts down. Clusters that
     were given are left running.
     """
 
-    def __init__(self, client: Any = None, address: str | None = None) -> None:
+    def __init__(self, client: Any = None, address: str | None = None, cpus_per_rank: float = 1.0) -> None:
         import dask
         from distributed import Client
 
@@ -66,12 +67,15 @@ class Cluster:
         else:
             from distributed import LocalCluster
 
-            n = max(os.cpu_count() or 1, 1)
+            cores = max(os.cpu_count() or 1, 1)
+            # a rank needing k whole CPUs gets a worker process of k CPUs (cores // k of them), as Ray would
+            # pack trials; a need beyond this machine is left to PlacementError to explain
+            per = int(cpus_per_rank) if float(cpus_per_rank).is_integer() and 1 < cpus_per_rank <= cores else 1
             self.local_gpus = _local_gpu_count()
             with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
                 self.local_cluster = LocalCluster(
-                    n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                    dashboard_address="127.0.0.1:0", resources={"CPU": 1}, silence_logs=logging.ERROR,
+                    n_workers=cores // per, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
                 )
             self.client = Client(self.local_cluster, set_as_default=False)
             self.owns_client = True

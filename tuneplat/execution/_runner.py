@@ -229,8 +229,14 @@ def _release_gpu_memory() -> None:
         pass
 
 
-def run_rank(trainable: Callable[..., Any], spec: RankSpec) -> str:
-    """Run ``trainable(config)`` as rank ``spec.rank``; outcome goes to the tuner over TCP."""
+def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
+    """Run ``trainable(config)`` as rank ``spec.rank``; outcome goes to the tuner over TCP.
+
+    ``deps`` are the trainable's objects already on the cluster (``tune.with_parameters``),
+    passed as Dask futures so that Dask fetches them to this worker.
+    """
+    if deps:
+        trainable = trainable._tuneplat_resolve(*deps)  # type: ignore[attr-defined]
     sock = socket.create_connection(spec.tuner_addr, timeout=60)
     sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -1,0 +1,58 @@
+"""Trainables written as a Ray Tune user writes them (workers import them by reference)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import tuneplat as tune
+from tuneplat import train
+from tuneplat.train import Checkpoint
+
+
+def objective(config):
+    for step in range(config.get("steps", 4)):
+        train.report({"loss": (config["x"] - 3) ** 2 + 1.0 / (step + 1), "step": step})
+
+
+def with_data(config, data=None, scale=1.0):
+    ctx = tune.get_context()
+    for step in range(3):
+        tune.report({"loss": scale * sum(data) * config["x"], "n": len(data), "trial_id": ctx.get_trial_id(),
+                     "trial_name": ctx.get_trial_name(), "trial_dir": ctx.get_trial_dir(),
+                     "rank": ctx.get_world_rank()})
+
+
+def mutates_data(config, data=None):
+    tune.report({"loss": float(len(data))})
+    data.append(1)  # must not leak into the next trial
+
+
+def fails_once_then_checkpoints(config):
+    """Checkpoints every step; fails at step 2 of its first attempt only."""
+    start = 0
+    ckpt = train.get_checkpoint()
+    if ckpt:
+        with ckpt.as_directory() as d:
+            with open(os.path.join(d, "step")) as f:
+                start = int(f.read()) + 1
+    for step in range(start, 4):
+        if step == 2 and not os.path.exists(os.path.join(config["marker_dir"], config["name"])):
+            open(os.path.join(config["marker_dir"], config["name"]), "w").close()
+            raise RuntimeError("boom once")
+        if config.get("always_fail") and step == 1:
+            raise ValueError("always fails")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "step"), "w") as f:
+                f.write(str(step))
+            train.report({"loss": float(10 - step)}, checkpoint=Checkpoint.from_directory(d))
+
+
+def flat_curve(config):
+    for step in range(100):
+        tune.report({"loss": config["x"] + (1.0 / (step + 1) if step < 3 else 0.0)})
+
+
+def count(config):
+    for step in range(config.get("steps", 50)):
+        tune.report({"loss": float(step) * config.get("x", 1.0)})
