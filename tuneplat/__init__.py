@@ -8,7 +8,7 @@ Porting a Ray Tune script is mostly changing imports::
 
 from __future__ import annotations
 
-from . import schedulers, search, train
+from . import schedulers, search, stopper, train
 from ._user_callbacks import Callback
 from ._checkpoint import Checkpoint
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
@@ -17,6 +17,7 @@ from ._journal import read_journal
 from ._result import Result, ResultGrid, TrialError
 from ._trial import TrialStatus
 from ._tuner import Tuner
+from .stopper import Stopper
 from ._wrappers import with_parameters, with_resources
 from .execution._cluster import PlacementError
 from .search import (
@@ -51,6 +52,7 @@ __all__ = [
     "RunConfig",
     "ScalingConfig",
     "SearchSpaceError",
+    "Stopper",
     "TorchTrainer",
     "TrialError",
     "TrialStatus",
@@ -76,6 +78,7 @@ __all__ = [
     "sample_from",
     "schedulers",
     "search",
+    "stopper",
     "train",
     "uniform",
     "with_parameters",

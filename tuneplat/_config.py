@@ -153,7 +153,8 @@ class RunConfig:
         storage_filesystem: an fsspec filesystem (endpoint, credentials) for a
             remote ``storage_path``; default: the one fsspec builds from the URL.
         stop: dict of ``{metric: threshold}`` (stop when ``result[metric] >= threshold``),
-            a callable ``(trial_id, result) -> bool``, or an object with that ``__call__``.
+            a callable ``(trial_id, result) -> bool``, or a :class:`tuneplat.Stopper`
+            (see :mod:`tuneplat.stopper`; its ``stop_all()`` ends the whole experiment).
         failure_config, checkpoint_config: see those classes.
         mlflow: an :class:`MLflowConfig`, or False to turn MLflow off.
         verbose: 0 silent, 1 status table, 2 also trial events.

@@ -172,6 +172,8 @@ class Controller:
         self._ready_actions: list[Resume | Launch | Stop] = []
         self._result_files: dict[str, Any] = {}
         self._stop_fn = self._make_stopper(run_config.stop)
+        stop_all = getattr(run_config.stop, "stop_all", None) if not isinstance(run_config.stop, Mapping) else None
+        self._stop_all_fn: Callable[[], bool] | None = stop_all if callable(stop_all) else None
         self._deadline = (time.monotonic() + tune_config.time_budget_s) if tune_config.time_budget_s else None
         self.reporter = ProgressReporter(self.metric, self.mode, run_config.verbose, run_config.progress_interval_s)
         self.hang_timeout_s = _heartbeat_timeout_s()
@@ -397,6 +399,8 @@ class Controller:
             deadlines.append(self._refresh_at)
         if self._starved_since is not None:
             deadlines.append(self._starved_since + self.starve_timeout_s + 0.01)
+        if self._stop_all_fn is not None and not self.stopping:
+            deadlines.append(now + 1.0)  # e.g. a TimeoutStopper: ask it even while no trial reports
         if not deadlines:
             return 5.0
         return max(0.0, min(deadlines) - now)
@@ -411,14 +415,8 @@ class Controller:
         if self._deadline is not None and now >= self._deadline and not self.stopping:
             self.reporter.say(f"tuneplat: time budget of {self.tc.time_budget_s}s reached; stopping trials.")
             self.journal.append({"event": "time_budget_reached"})
-            self.stopping = True
-            for g in self.groups.values():
-                g.stop_requested = Decision.STOP
-                g.trial.stop_reason = "time budget reached"
-            while self.queue:
-                t = self.queue.popleft()
-                t.stop_reason = "time budget reached before it could resume"
-                self._end_trial(t, TrialStatus.TERMINATED)
+            self._stop_everything("time budget reached")
+        self._check_stop_all()
         for g in list(self.groups.values()):
             if g.queued_behind is not None:
                 g.started = now  # its clock starts when the rank ahead of it ends
@@ -438,6 +436,26 @@ class Controller:
                         r.finished = "dead"
                         self._forget_rank(r)
                 self._maybe_end_group(g)
+
+    def _stop_everything(self, reason: str) -> None:
+        """Stop running trials at their next report; end queued ones; start nothing more."""
+        self.stopping = True
+        for g in self.groups.values():
+            g.stop_requested = Decision.STOP
+            g.trial.stop_reason = reason
+        while self.queue:
+            t = self.queue.popleft()
+            t.stop_reason = f"{reason} before it could resume"
+            self._end_trial(t, TrialStatus.TERMINATED)
+
+    def _check_stop_all(self) -> bool:
+        """``RunConfig(stop=stopper)``: the stopper's ``stop_all()`` ends the experiment (as in Ray)."""
+        if self._stop_all_fn is None or self.stopping or not self._stop_all_fn():
+            return False
+        self.reporter.say(f"tuneplat: {type(self.rc.stop).__name__}.stop_all() is true; stopping every trial.")
+        self.journal.append({"event": "stop_all", "stopper": type(self.rc.stop).__name__})
+        self._stop_everything(f"{type(self.rc.stop).__name__}.stop_all()")
+        return True
 
     def _lose_unstarted_ranks_on(self, gone: set[str]) -> None:
         """Ranks placed on workers that left before they started will never start: place them again."""
@@ -1005,7 +1023,10 @@ class Controller:
         if group.stop_requested is not None:
             return group.stop_requested, trial.stop_reason or "stop requested"
         if self._stop_fn is not None and self._stop_fn(trial.trial_id, result):
+            self._check_stop_all()
             return Decision.STOP, "stop criteria met"
+        if self._check_stop_all():
+            return Decision.STOP, trial.stop_reason or "stop_all()"
         decision = self.scheduler.on_trial_result(trial.trial_id, result)
         if decision is Decision.STOP:
             trial.stopped_by_scheduler = not self._reached_scheduler_budget(result)

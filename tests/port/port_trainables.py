@@ -56,3 +56,11 @@ def flat_curve(config):
 def count(config):
     for step in range(config.get("steps", 50)):
         tune.report({"loss": float(step) * config.get("x", 1.0)})
+
+
+def slow_count(config):
+    import time
+
+    for step in range(100):
+        tune.report({"loss": float(step)})
+        time.sleep(0.05)  # paces the reports: a whole trial takes ~5 s
