@@ -247,7 +247,7 @@ def _experiment_end_status(experiment_dir: str) -> str | None:
     return ends[-1] if ends else None
 
 
-def _save_sweep(sweep: Any, experiment_dir: str) -> None:
+def _save_sweep(sweep: Any, experiment_dir: str, remote_dir: str | None = None) -> None:
     """Save the effective sweep (overrides applied, ``${env:...}`` kept) beside the journal."""
     import yaml
 
@@ -257,11 +257,11 @@ def _save_sweep(sweep: Any, experiment_dir: str) -> None:
     data["name"] = os.path.basename(experiment_dir)
     if not isinstance(data.get("run"), dict):
         data["run"] = {}
-    data["run"]["storage_path"] = os.path.dirname(experiment_dir)
+    data["run"]["storage_path"] = remote_dir.rsplit("/", 1)[0] if remote_dir else os.path.dirname(experiment_dir)
     os.makedirs(experiment_dir, exist_ok=True)
     tmp = os.path.join(experiment_dir, f".{SWEEP_COPY}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(f"# Saved by `tuneplat run {sweep.source}`; `tuneplat resume {experiment_dir}` reads it.\n")
+        f.write(f"# Saved by `tuneplat run {sweep.source}`; `tuneplat resume {remote_dir or experiment_dir}` reads it.\n")
         yaml.safe_dump(data, f, sort_keys=False)
     os.replace(tmp, os.path.join(experiment_dir, SWEEP_COPY))
     with open(os.path.join(experiment_dir, ORIGIN_FILE), "w", encoding="utf-8") as f:
@@ -333,7 +333,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         tuner = sweep.tuner()
     except (ValueError, TypeError) as exc:
         raise _Fail(f"{args.sweep_file}: {str(exc).splitlines()[0]}") from None
-    _save_sweep(sweep, tuner.experiment_dir)
+    _save_sweep(sweep, tuner.experiment_dir, tuner._remote_dir)
     results = _fit(tuner)
     return _summary(results, tuner.experiment_dir, tuner.tune_config.metric, tuner.tune_config.mode)
 
@@ -413,10 +413,30 @@ def _dry_run(sweep: Any, show: int) -> int:
     return EXIT_OK
 
 
+def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
+    """``(local folder, filesystem, remote URL)``: a remote experiment's local cache, refreshed from the remote
+    copy; a local path as is (with no filesystem or URL)."""
+    from ._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
+
+    if not is_remote(target):
+        return os.path.abspath(target), None, None
+    try:
+        fs, root = fs_for_url(target)
+        url = fs.unstrip_protocol(root.rstrip("/"))
+        if not fs.exists(f"{url}/journal.jsonl"):
+            raise _Fail(f"{target}: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>")
+        local = local_cache_for(url)
+        fetch_experiment(fs, url, local)
+    except (ValueError, OSError) as exc:
+        raise _Fail(f"{target}: {str(exc).splitlines()[0]}") from None
+    return local, fs, url
+
+
 def _cmd_resume(args: argparse.Namespace) -> int:
+    from ._storage import is_remote
     from ._tuner import Tuner
 
-    path = os.path.abspath(args.experiment_dir)
+    path, _fs, _url = _fetch_remote(args.experiment_dir)
     if not Tuner.can_restore(path):
         raise _Fail(
             f"{args.experiment_dir}: not a tuneplat experiment folder (no journal.jsonl); "
@@ -462,7 +482,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         )
     try:
         tuner = Tuner.restore(
-            path, trainable, resume_errored=args.resume_errored, restart_errored=args.restart_errored, **kwargs
+            args.experiment_dir if is_remote(args.experiment_dir) else path, trainable, resume_errored=args.resume_errored, restart_errored=args.restart_errored, **kwargs
         )
     except (ValueError, TypeError, OSError) as exc:
         raise _Fail(f"cannot restore {args.experiment_dir}: {str(exc).splitlines()[0]}") from None
@@ -477,19 +497,19 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     from ._restore import load_trials
     from ._tuner import Tuner, _result_grid
 
-    path = os.path.abspath(experiment_dir)
+    path, fs, url = _fetch_remote(experiment_dir)
     if not Tuner.can_restore(path):
         raise _Fail(
             f"{experiment_dir}: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"
         )
     try:
-        trials, meta = load_trials(path)
+        trials, meta = load_trials(path, fs)
     except JournalError as exc:
         raise _Fail(str(exc).splitlines()[0]) from None
     meta = dict(meta)
     meta["status"] = _experiment_end_status(path) or "running or crashed"
-    meta["path"] = path
-    return _result_grid(trials, meta.get("metric"), meta.get("mode"), path), meta
+    meta["path"] = url or path
+    return _result_grid(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
 
 
 def _trial_json(r: Any) -> dict[str, Any]:

@@ -431,6 +431,26 @@ class _Builder:
                 raise self.expect(path + (k,), v, "a number (the trial stops when result[key] >= it)")
         return dict(value)
 
+    def storage_filesystem(self, storage_path: Any, options: dict[str, Any]) -> Any:
+        """``run.storage_options``: the keyword arguments of the fsspec filesystem of a remote storage_path."""
+        from urllib.parse import urlparse
+
+        from ._storage import is_remote
+
+        where: Path = ("run", "storage_options")
+        if not is_remote(storage_path):
+            raise self.err(where, "applies to a remote run.storage_path (a URL like s3://bucket/results); "
+                                  "set run.storage_path to one, or remove storage_options")
+        scheme = urlparse(storage_path).scheme
+        try:
+            import fsspec
+
+            return fsspec.filesystem(scheme, **options)
+        except Exception as exc:  # noqa: BLE001 - any constructor error is the user's to fix
+            raise self.err(where, f"fsspec could not make the {scheme}:// filesystem from these options "
+                                  f"({type(exc).__name__}: {exc}); they are the keyword arguments of its "
+                                  "filesystem class (e.g. s3fs.S3FileSystem: endpoint_url, key, secret)") from None
+
     def run_config(self, data: dict[str, Any]) -> RunConfig:
         path: Path = ("run",)
         run = self.section(path, data.get("run") or {}, _RUN_FIELDS, "run settings")
@@ -438,6 +458,8 @@ class _Builder:
         for key in ("storage_path", "verbose", "address", "progress_interval_s", "log_to_file"):
             if key in run:
                 kwargs[key] = run[key]
+        if run.get("storage_options") is not None:
+            kwargs["storage_filesystem"] = self.storage_filesystem(run.get("storage_path"), run["storage_options"])
         if run.get("stop") is not None:
             kwargs["stop"] = self.stop(run["stop"])
         failure = self.section(path + ("failure",), run.get("failure") or {}, _FAILURE_FIELDS, "failure settings")
@@ -610,6 +632,7 @@ _CHECKPOINT_FIELDS: dict[str, Field | None] = {
 }
 _RUN_FIELDS: dict[str, Field | None] = {
     "storage_path": STR,
+    "storage_options": _f(lambda v: isinstance(v, dict), "a mapping of the fsspec filesystem's keyword arguments"),
     "stop": None,
     "failure": None,
     "checkpoint": None,

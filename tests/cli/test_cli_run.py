@@ -209,3 +209,40 @@ def test_run_on_an_existing_cluster_with_address(tmp_path, dask_client):
     used = {w for e in journal if e.get("event") == "trial_start" for w in e.get("workers", [])}
     assert used and used <= workers  # the trials ran on the given cluster, not an embedded one
     assert f"address: {address}" in (tmp_path / "toy-asha" / "sweep.yaml").read_text()
+
+
+def test_sweep_on_s3_then_status_best_and_resume_by_url(tmp_path, s3, s3_endpoint):
+    """storage_path on S3 from a sweep file: fsspec builds the filesystem from AWS_* variables (tuner and workers)."""
+    _fs, url = s3
+    ok_file = tmp_path / "ok"
+    sweep = write(tmp_path / "s3.yaml", f"""
+name: on-s3
+trainable: {TRAINABLES}:fail_unless_file
+metric: loss
+mode: min
+param_space:
+  x: {{grid_search: [1.0, 2.0]}}
+  ok_file: {ok_file}
+run: {{storage_path: "{url}/results", verbose: 0}}
+mlflow: false
+""")
+    env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "eu-west-1", "TUNEPLAT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = tuneplat("run", sweep, env=env)
+    assert proc.returncode == 1, proc.stderr
+    exp = f"{url}/results/on-s3"
+    env["TUNEPLAT_CACHE_DIR"] = str(tmp_path / "other-machine")  # status/resume need only the S3 copy
+    st = tuneplat("status", exp, "--json", env=env)
+    assert st.returncode == 0, st.stderr
+    assert json.loads(st.stdout)["counts"] == {"ERROR": 2}
+    ok_file.write_text("")
+    again = tuneplat("resume", exp, "--resume-errored", "--quiet", cwd=str(tmp_path), env=env)
+    assert again.returncode == 0, again.stderr
+    st = json.loads(tuneplat("status", exp, "--json", env=env).stdout)
+    assert st["counts"] == {"TERMINATED": 2}
+    best = tuneplat("best", exp, "--json", env=env)
+    assert best.returncode == 0, best.stderr
+    b = json.loads(best.stdout)
+    assert b["last_result"]["loss"] == 1.0 + 1 / 3 and b["path"].startswith(f"{exp}/")
+    missing = tuneplat("status", f"{url}/results/nothing", env=env)
+    assert missing.returncode != 0 and "no journal.jsonl" in one_error_line(missing)

@@ -122,7 +122,7 @@ def _spelled(section: str) -> set[str]:
 @pytest.mark.parametrize("cls,section,exceptions", [
     (tune.TuneConfig, "top", {"search_alg": "search", "scheduler": "scheduler"}),
     (tune.RunConfig, "run", {"name": "(top) name", "failure_config": "failure", "checkpoint_config": "checkpoint",
-                             "mlflow": "(top) mlflow"}),
+                             "mlflow": "(top) mlflow", "storage_filesystem": "storage_options"}),
     (tune.FailureConfig, "failure", {}),
     (tune.CheckpointConfig, "checkpoint", {}),
     (tune.MLflowConfig, "mlflow", {}),
@@ -350,3 +350,27 @@ def test_wandb_needs_a_function(tmp_path):
         "expected trainable: 'module:function' or 'path/to/file.py:function' naming a function that calls tuneplat.report()")
     s = sweep_from(tmp_path, "program: examples.toy:learning_curve\nmethod: random\nparameters: {lr: {values: [1]}}\n")
     assert s.trainable.__name__ == "learning_curve"
+
+
+def test_storage_options_build_the_remote_filesystem(tmp_path):
+    sweep = sweep_from(tmp_path, """\
+        trainable: examples.toy:learning_curve
+        run:
+          storage_path: s3://team-bucket/results
+          storage_options: {endpoint_url: "http://127.0.0.1:9000", key: "${env:S3_KEY}", secret: s}
+        """, environ={"S3_KEY": "k123"})
+    fs = sweep.run_config.storage_filesystem
+    assert type(fs).__name__ == "S3FileSystem" and fs.key == "k123" and fs.endpoint_url == "http://127.0.0.1:9000"
+    with pytest.raises(SweepFileError) as e:
+        sweep_from(tmp_path, """\
+            trainable: examples.toy:learning_curve
+            run: {storage_path: ./res, storage_options: {key: k}}
+            """)
+    assert "s.yaml:2" in str(e.value) and "run.storage_options" in str(e.value)
+    assert "remote run.storage_path" in str(e.value)
+    with pytest.raises(SweepFileError) as e:
+        sweep_from(tmp_path, """\
+            trainable: examples.toy:learning_curve
+            run: {storage_path: "nosuchproto://b/r", storage_options: {key: k}}
+            """)
+    assert "fsspec could not make the nosuchproto:// filesystem" in str(e.value)
