@@ -155,7 +155,7 @@ def load_torch(checkpoint: Checkpoint | str | os.PathLike[str], filename: str = 
     """Load ``filename`` from a checkpoint with ``torch.load``, safely by default.
 
     Args:
-        checkpoint: a :class:`Checkpoint` or a checkpoint folder.
+        checkpoint: a :class:`Checkpoint`, a checkpoint folder, or its URL on remote storage.
         filename: the file inside the checkpoint.
         weights_only: passed to ``torch.load``; True (the default) unpickles only
             tensors and plain containers. Set False only for files you trust.
@@ -171,6 +171,8 @@ def load_torch(checkpoint: Checkpoint | str | os.PathLike[str], filename: str = 
     """
     import torch
 
+    if not isinstance(checkpoint, Checkpoint) and is_remote(os.fspath(checkpoint)):
+        checkpoint = Checkpoint.from_directory(checkpoint)
     if isinstance(checkpoint, Checkpoint) and checkpoint.filesystem is not None:
         with checkpoint.as_directory() as local:
             return load_torch(local, filename, weights_only=weights_only, map_location=map_location)
