@@ -11,10 +11,12 @@ from __future__ import annotations
 from . import schedulers, search, stopper, train
 from ._user_callbacks import Callback
 from ._checkpoint import Checkpoint
+from ._compat import CLIReporter, JupyterNotebookReporter, SyncConfig
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
 from ._controller import TuneError
 from ._journal import read_journal
 from ._result import Result, ResultGrid, TrialError
+from ._run import ExperimentAnalysis, run
 from ._trial import TrialStatus
 from ._tuner import Tuner
 from .stopper import Stopper
@@ -41,10 +43,13 @@ from .train import TorchTrainer, get_checkpoint, get_context, report
 __version__ = "0.1.0"
 
 __all__ = [
+    "CLIReporter",
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "ExperimentAnalysis",
     "FailureConfig",
+    "JupyterNotebookReporter",
     "MLflowConfig",
     "PlacementError",
     "Result",
@@ -53,6 +58,7 @@ __all__ = [
     "ScalingConfig",
     "SearchSpaceError",
     "Stopper",
+    "SyncConfig",
     "TorchTrainer",
     "TrialError",
     "TrialStatus",
@@ -75,6 +81,7 @@ __all__ = [
     "randn",
     "read_journal",
     "report",
+    "run",
     "sample_from",
     "schedulers",
     "search",

@@ -160,6 +160,11 @@ class RunConfig:
         verbose: 0 silent, 1 status table, 2 also trial events.
         address: a Dask scheduler address (``tcp://host:8786``) to run on.
         progress_interval_s: how often the status table is printed.
+        callbacks: :class:`tuneplat.Callback` instances (Ray's hooks).
+        progress_reporter: a :class:`tuneplat.CLIReporter`, accepted for Ray
+            compatibility: its ``max_report_frequency`` sets ``progress_interval_s``.
+        sync_config: accepted for Ray compatibility (results are written to
+            ``storage_path`` directly; nothing to sync).
     """
 
     name: str | None = None
@@ -174,8 +179,13 @@ class RunConfig:
     progress_interval_s: float = 5.0
     callbacks: Sequence[Any] | None = None
     log_to_file: bool = False
+    progress_reporter: Any = None
+    sync_config: Any = None
 
     def __post_init__(self) -> None:
+        freq = getattr(self.progress_reporter, "max_report_frequency", None)  # tune.CLIReporter
+        if isinstance(freq, (int, float)) and not isinstance(freq, bool) and freq > 0:
+            self.progress_interval_s = float(freq)
         if self.stop is not None and not callable(self.stop):
             _check(isinstance(self.stop, Mapping), "RunConfig.stop", self.stop,
                    "a dict {metric: threshold} or a callable (trial_id, result) -> bool")

@@ -69,6 +69,25 @@ class Result:
         """The fsspec filesystem of :attr:`path` when the experiment is on remote storage, else None."""
         return self._filesystem
 
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint:
+        """The kept checkpoint whose reported ``metric`` is best (``ray.train.Result.get_best_checkpoint``).
+
+        Raises:
+            ValueError: ``mode`` is not "min" or "max".
+            RuntimeError: the trial kept no checkpoint, or none was reported with ``metric``.
+        """
+        if mode not in ("min", "max"):
+            raise ValueError(f"The value of `mode` is {mode!r}, but must be 'min' or 'max'.")
+        if not self.best_checkpoints:
+            raise RuntimeError(f"Trial {self.trial_id} kept no checkpoint (report one with "
+                               "tune.report(metrics, checkpoint=Checkpoint.from_directory(...))).")
+        scored = [(_value(m.get(metric)), i) for i, (_, m) in enumerate(self.best_checkpoints)]
+        scored = [(v if mode == "min" else -v, i) for v, i in scored if math.isfinite(v)]
+        if not scored:
+            raise RuntimeError(f"No checkpoint of trial {self.trial_id} was reported with a numeric {metric!r}; "
+                               f"its metrics are {sorted(self.metrics)}.")
+        return self.best_checkpoints[min(scored)[1]][0]
+
 
 def _value(v: Any) -> float:
     if isinstance(v, bool) or v is None:

@@ -64,3 +64,19 @@ def slow_count(config):
     for step in range(100):
         tune.report({"loss": float(step)})
         time.sleep(0.05)  # paces the reports: a whole trial takes ~5 s
+
+
+def checkpointing(config):
+    """Ray docs style: resume from train.get_checkpoint(), checkpoint every step."""
+    start = 0
+    ckpt = train.get_checkpoint()
+    if ckpt:
+        with ckpt.as_directory() as d:
+            with open(os.path.join(d, "it")) as f:
+                start = int(f.read())
+    for i in range(start, config.get("steps", 6)):
+        loss = (config["lr"] - 0.01) ** 2 + (1.0 if i == 2 else 1.0 / (i + 1))  # best checkpoint: not the last
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "it"), "w") as f:
+                f.write(str(i + 1))
+            train.report({"loss": loss, "acc": 1 - loss}, checkpoint=Checkpoint.from_directory(d))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._checkpoint import Checkpoint
+from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ._session import TrainContext, get_checkpoint, get_context, report
 from ._trainer import TorchTrainer, TrainingFailedError
@@ -13,6 +14,7 @@ __all__ = [
     "FailureConfig",
     "RunConfig",
     "ScalingConfig",
+    "SyncConfig",
     "TorchTrainer",
     "TrainContext",
     "TrainingFailedError",
