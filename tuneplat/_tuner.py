@@ -89,6 +89,11 @@ class Tuner:
             if trainable.run_config is not None and run_config is None:
                 self.run_config = trainable.run_config
             fn = _with_loop_config(trainable.train_loop_per_worker, trainable.torch_config)
+        elif isinstance(trainable, type):
+            raise TypeError(f"The trainable is the class {trainable.__name__}; tuneplat runs function trainables: "
+                            "port a tune.Trainable's setup/step/save_checkpoint to a function fn(config) that loops, "
+                            "calls tune.report(metrics, checkpoint=...) and resumes from tune.get_checkpoint() "
+                            "(see docs/porting-from-ray.md).")
         elif callable(trainable):
             fn = trainable
         else:

@@ -232,3 +232,13 @@ def test_with_resources_survives_restore(dask_client, storage):
     restored = tune.Tuner.restore(os.path.join(storage, "wr-restore"), trainable, client=dask_client)
     assert restored.scaling_config.per_worker() == {"CPU": 1.0}
     assert CheckpointConfig  # imported from tuneplat.train as in Ray
+
+
+def test_a_class_trainable_is_refused_with_the_way_to_port_it(storage):
+    class MyTrainable:
+        def setup(self, config): ...
+
+        def step(self): ...
+
+    with pytest.raises(TypeError, match="class MyTrainable.*function trainables"):
+        tune.Tuner(MyTrainable, param_space={"x": 1}, run_config=RunConfig(storage_path=storage))
