@@ -144,7 +144,7 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Parameteriz
         pass
     try:
         blob = cloudpickle.dumps(dict(kwargs))
-    except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's to fix
+    except Exception as exc:
         raise TypeError(f"with_parameters(): the objects {sorted(kwargs)} cannot be pickled to send them to Dask "
                         f"workers: {type(exc).__name__}: {exc}") from exc
     resources = wrapped._tuneplat_resources if wrapped is not None else None

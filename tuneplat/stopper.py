@@ -148,9 +148,10 @@ class TrialPlateauStopper(Stopper):
         self._iter[trial_id] += 1
         if self._iter[trial_id] < self._grace_period or len(self._values[trial_id]) < self._num_results:
             return False
-        if self._threshold is not None:
-            if (self._mode == "min" and value > self._threshold) or (self._mode == "max" and value < self._threshold):
-                return False
+        threshold = self._threshold
+        if threshold is not None and ((self._mode == "min" and value > threshold)
+                                      or (self._mode == "max" and value < threshold)):
+            return False
         values = list(self._values[trial_id])
         if not all(math.isfinite(v) for v in values):
             return False
@@ -234,7 +235,9 @@ class CombinedStopper(Stopper):
         self._stoppers = stoppers
 
     def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
-        return any([s(trial_id, result) for s in self._stoppers])  # all of them see it: no short-circuit
+        votes = [s(trial_id, result) for s in self._stoppers]  # every stopper sees every result: no short-circuit
+        return any(votes)
 
     def stop_all(self) -> bool:
-        return any([s.stop_all() for s in self._stoppers])
+        votes = [s.stop_all() for s in self._stoppers]
+        return any(votes)

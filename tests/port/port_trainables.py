@@ -33,9 +33,8 @@ def fails_once_then_checkpoints(config):
     start = 0
     ckpt = train.get_checkpoint()
     if ckpt:
-        with ckpt.as_directory() as d:
-            with open(os.path.join(d, "step")) as f:
-                start = int(f.read()) + 1
+        with ckpt.as_directory() as d, open(os.path.join(d, "step")) as f:
+            start = int(f.read()) + 1
     for step in range(start, 4):
         if step == 2 and not os.path.exists(os.path.join(config["marker_dir"], config["name"])):
             open(os.path.join(config["marker_dir"], config["name"]), "w").close()
@@ -71,9 +70,8 @@ def checkpointing(config):
     start = 0
     ckpt = train.get_checkpoint()
     if ckpt:
-        with ckpt.as_directory() as d:
-            with open(os.path.join(d, "it")) as f:
-                start = int(f.read())
+        with ckpt.as_directory() as d, open(os.path.join(d, "it")) as f:
+            start = int(f.read())
     for i in range(start, config.get("steps", 6)):
         loss = (config["lr"] - 0.01) ** 2 + (1.0 if i == 2 else 1.0 / (i + 1))  # best checkpoint: not the last
         with tempfile.TemporaryDirectory() as d:
