@@ -72,7 +72,7 @@ class Tuner:
     def __init__(self, trainable: Callable[..., Any] | Any = None, *, param_space: Mapping[str, Any] | None = None,
                  tune_config: TuneConfig | None = None, run_config: RunConfig | None = None,
                  scaling_config: ScalingConfig | None = None, client: Any = None,
-                 _resume: tuple[str, list[Trial]] | None = None) -> None:
+                 _resume: tuple[Any, ...] | None = None) -> None:
         from .train._trainer import TorchTrainer, _with_loop_config
 
         if trainable is None:
@@ -123,18 +123,18 @@ class Tuner:
         if _resume is not None:
             self.experiment_dir = _resume[0]
             self.experiment_name = os.path.basename(self.experiment_dir)
-            self._remote_dir = _resume[2] if len(_resume) > 2 else None  # type: ignore[misc]
+            self._remote_dir: str | None = _resume[2] if len(_resume) > 2 else None
             if self._remote_dir is None:
                 self._storage_fs = None
         else:
             root = storage.local_root
             name = self.run_config.name
             if name is None:  # a generated name never lands in another experiment's folder
-                base = f"{self.trainable_name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
-                name, n = base, 1
+                stem = f"{self.trainable_name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
+                name, n = stem, 1
                 while storage.exists(name):
                     n += 1
-                    name = f"{base}_{n}"
+                    name = f"{stem}_{n}"
                 os.makedirs(os.path.join(root, name), exist_ok=True)
             elif storage.is_remote and os.path.isdir(os.path.join(root, name)):
                 # the local copy of a remote experiment is a cache: a new experiment of that name starts clean
