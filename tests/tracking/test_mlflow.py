@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -167,6 +168,14 @@ def test_one_uploader_process_serves_successive_fits_and_a_dead_one_is_replaced(
         assert children[0].data.params["x"] == str(x) and children[0].info.status == "FINISHED"
         assert sorted(m.step for m in c.get_metric_history(children[0].info.run_id, "loss")) == [1, 2, 3, 4]
     assert results[0].mlflow_run_id == children[0].info.run_id
+
+    # the idle uploader keeps its sqlite connections; the database file alone is still complete
+    copy = os.path.join(storage, "copy")
+    os.makedirs(copy)
+    shutil.copy(os.path.join(storage, "mlflow.db"), copy)
+    c, parent, children = _runs(f"sqlite:///{copy}/mlflow.db", "reuse_3")
+    assert parent[0].info.status == "FINISHED" and children[0].info.status == "FINISHED"
+    assert len(c.get_metric_history(children[0].info.run_id, "loss")) == 4
 
 
 def test_uploader_process_ends_with_the_interpreter(storage, monkeypatch):
