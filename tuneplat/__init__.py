@@ -17,6 +17,7 @@ from ._controller import TuneError
 from ._journal import read_journal
 from ._result import Result, ResultGrid, TrialError
 from ._run import ExperimentAnalysis, run
+from ._trainable import Trainable
 from ._trial import TrialStatus
 from ._tuner import Tuner
 from .stopper import Stopper
@@ -60,6 +61,7 @@ __all__ = [
     "Stopper",
     "SyncConfig",
     "TorchTrainer",
+    "Trainable",
     "TrialError",
     "TrialStatus",
     "TuneConfig",

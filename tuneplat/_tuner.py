@@ -10,6 +10,7 @@ from typing import Any
 
 from ._config import RunConfig, ScalingConfig, TuneConfig
 from ._result import Result, ResultGrid, TrialError
+from ._trainable import Trainable, TrainableFunction, for_run
 from ._trial import Trial, TrialStatus
 from ._user_callbacks import adapt_callbacks
 from ._wrappers import resources_of
@@ -48,9 +49,9 @@ class Tuner:
     """Tunes a trainable over a search space on a Dask cluster.
 
     Args:
-        trainable: ``fn(config)`` that calls :func:`tuneplat.report`, or a
-            :class:`tuneplat.TorchTrainer` (then ``param_space`` may hold a
-            ``"train_loop_config"`` dict, as in Ray).
+        trainable: ``fn(config)`` that calls :func:`tuneplat.report`, a
+            :class:`tuneplat.Trainable` subclass, or a :class:`tuneplat.TorchTrainer`
+            (then ``param_space`` may hold a ``"train_loop_config"`` dict, as in Ray).
         param_space: the search space (domains from :mod:`tuneplat.search`).
         tune_config: metric, mode, searcher, scheduler, num_samples.
         run_config: name, storage_path, stop, failure/checkpoint/MLflow config.
@@ -89,11 +90,13 @@ class Tuner:
             if trainable.run_config is not None and run_config is None:
                 self.run_config = trainable.run_config
             fn = _with_loop_config(trainable.train_loop_per_worker, trainable.torch_config)
+        elif isinstance(trainable, type) and issubclass(trainable, Trainable):
+            fn = TrainableFunction(trainable)
         elif isinstance(trainable, type):
-            raise TypeError(f"The trainable is the class {trainable.__name__}; tuneplat runs function trainables: "
-                            "port a tune.Trainable's setup/step/save_checkpoint to a function fn(config) that loops, "
-                            "calls tune.report(metrics, checkpoint=...) and resumes from tune.get_checkpoint() "
-                            "(see docs/porting-from-ray.md).")
+            raise TypeError(f"The trainable is the class {trainable.__name__}, which does not subclass tune.Trainable; "
+                            "tuneplat runs function trainables fn(config) that call tune.report(...) and "
+                            "tune.Trainable subclasses (setup/step/save_checkpoint/load_checkpoint): derive it from "
+                            "tune.Trainable (see docs/porting-from-ray.md).")
         elif callable(trainable):
             fn = trainable
         else:
@@ -111,6 +114,7 @@ class Tuner:
             raise TypeError(f"run_config must be a tuneplat.RunConfig, got {type(self.run_config).__name__}")
         validate_space(self.param_space)
         adapt_callbacks(self.run_config.callbacks)  # refuse a wrong callback now, not at fit()
+        fn = for_run(fn, self.tune_config, self.run_config)  # a Trainable class: its checkpoint policy
         _check_picklable(fn)
         self.trainable = fn
         self.trainable_name = _trainable_name(getattr(trainable, "train_loop_per_worker", trainable))

@@ -86,15 +86,20 @@ class ParameterizedTrainable:
 def _unwrap(trainable: Any, where: str) -> tuple[Callable[..., Any], ParameterizedTrainable | None]:
     from .train._trainer import TorchTrainer
 
+    from ._trainable import Trainable, TrainableFunction
+
     if isinstance(trainable, ParameterizedTrainable):
         return trainable._fn, trainable
+    if isinstance(trainable, type) and issubclass(trainable, Trainable):
+        return TrainableFunction(trainable), None  # parameters go to setup(config, **parameters), as in Ray
     if isinstance(trainable, TorchTrainer):
         raise TypeError(f"{where} wraps a function trainable; a TorchTrainer takes its data through "
                         "train_loop_config (or load it inside train_loop_per_worker) and its resources through "
                         "ScalingConfig(num_workers=..., resources_per_worker=...).")
     if isinstance(trainable, type):
-        raise TypeError(f"{where} got the class {trainable.__name__}; tuneplat runs function trainables "
-                        "fn(config) that call tune.report(...) (see docs/porting-from-ray.md).")
+        raise TypeError(f"{where} got the class {trainable.__name__}, which does not subclass tune.Trainable; "
+                        "tuneplat runs function trainables fn(config) that call tune.report(...) and tune.Trainable "
+                        "subclasses (see docs/porting-from-ray.md).")
     if not callable(trainable):
         raise TypeError(f"{where} needs a function trainable fn(config), got {type(trainable).__name__}")
     return trainable, None
@@ -127,6 +132,8 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Parameteriz
     """
     import cloudpickle
 
+    from ._trainable import TrainableFunction
+
     fn, wrapped = _unwrap(trainable, "with_parameters()")
     if not kwargs:
         raise ValueError("with_parameters() needs at least one keyword argument to pass to the trainable, "
@@ -135,10 +142,11 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Parameteriz
         raise ValueError(f"The trainable already has parameters {list(wrapped._names)}; pass all of them in one "
                          "with_parameters() call.")
     try:
-        inspect.signature(fn).bind({}, **kwargs)
+        (fn.setup_signature() if isinstance(fn, TrainableFunction) else inspect.signature(fn)).bind({}, **kwargs)
     except TypeError as exc:
+        call = "setup(config, " if isinstance(fn, TrainableFunction) else "fn(config, "
         raise TypeError(f"with_parameters(): {getattr(fn, '__qualname__', fn)!r} cannot be called as "
-                        f"fn(config, {', '.join(f'{k}=...' for k in kwargs)}): {exc}. Add these parameters to its "
+                        f"{call}{', '.join(f'{k}=...' for k in kwargs)}): {exc}. Add these parameters to its "
                         "signature, e.g. def train_fn(config, data=None).") from None
     except ValueError:  # no signature (a builtin): let the call tell
         pass
