@@ -33,7 +33,7 @@ from typing import Any
 
 from ._checkpoint import Checkpoint
 
-__all__ = ["Trainable", "TrainableFunction", "for_run"]
+__all__ = ["StopOnDone", "Trainable", "TrainableFunction", "for_run"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -364,20 +364,53 @@ def _may_pause(scheduler: Any) -> bool:
     return not (pruner is not None and isinstance(scheduler, pruner))
 
 
-def for_run(fn: Any, tune_config: Any, run_config: Any) -> Any:
-    """Give a :class:`TrainableFunction` (bare or inside ``with_parameters``) the experiment's checkpoint policy.
+class StopOnDone:
+    """``RunConfig.stop`` for a class trainable: the user's criteria, then Ray's ``done=True`` ends the trial.
 
-    Any other trainable is returned unchanged.
+    The tuner checks stop criteria before it asks the scheduler, so a result
+    that says ``done`` ends the trial even where the scheduler would have
+    paused it (as in Ray, where ``done`` is a stop, not a scheduler decision).
     """
+
+    def __init__(self, inner: Any = None) -> None:
+        self.inner = inner
+
+    def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
+        inner = self.inner
+        stop = False
+        if isinstance(inner, Mapping):
+            for key, threshold in inner.items():
+                value = result.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= threshold:
+                    stop = True
+        elif inner is not None:
+            stop = bool(inner(trial_id, result))  # a stateful Stopper sees every result, as in Ray
+        return stop or bool(result.get("done"))
+
+    def stop_all(self) -> bool:
+        stop_all = None if isinstance(self.inner, Mapping) else getattr(self.inner, "stop_all", None)
+        return bool(stop_all()) if callable(stop_all) else False
+
+
+def for_run(fn: Any, tune_config: Any, run_config: Any) -> tuple[Any, Any]:
+    """For a :class:`TrainableFunction` (bare or inside ``with_parameters``): the experiment's checkpoint policy.
+
+    Returns ``(fn, run_config)``: the trainable with its checkpoint policy and
+    the run config whose ``stop`` also ends a trial on ``done=True``. Any other
+    trainable and its run config are returned unchanged.
+    """
+    import dataclasses
+
     from ._wrappers import ParameterizedTrainable
 
     inner = fn._fn if isinstance(fn, ParameterizedTrainable) else fn
     if not isinstance(inner, TrainableFunction):
-        return fn
+        return fn, run_config
+    user_stop = run_config.stop.inner if isinstance(run_config.stop, StopOnDone) else run_config.stop
     cc = run_config.checkpoint_config
     stop_at: dict[str, float] = {}
-    if isinstance(run_config.stop, Mapping):
-        stop_at.update(run_config.stop)
+    if isinstance(user_stop, Mapping):
+        stop_at.update(user_stop)
     scheduler = tune_config.scheduler
     max_t, time_attr = getattr(scheduler, "max_t", None), getattr(scheduler, "time_attr", None)
     if isinstance(time_attr, str) and isinstance(max_t, (int, float)) and not isinstance(max_t, bool):
@@ -386,4 +419,5 @@ def for_run(fn: Any, tune_config: Any, run_config: Any) -> Any:
         inner.cls, checkpoint_frequency=int(cc.checkpoint_frequency or 0),
         checkpoint_at_end=bool(cc.checkpoint_at_end), checkpoint_every_step=_may_pause(scheduler), stop_at=stop_at,
     )
-    return fn._copy(_fn=configured) if isinstance(fn, ParameterizedTrainable) else configured
+    fn = fn._copy(_fn=configured) if isinstance(fn, ParameterizedTrainable) else configured
+    return fn, dataclasses.replace(run_config, stop=StopOnDone(user_stop))
