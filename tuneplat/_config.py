@@ -84,8 +84,9 @@ class CheckpointConfig:
         checkpoint_score_attribute: rank kept checkpoints by this reported metric
             (None: keep the most recent).
         checkpoint_score_order: "max" or "min".
-        checkpoint_frequency, checkpoint_at_end: accepted for Ray compatibility
-            (function trainables checkpoint through ``report``).
+        checkpoint_frequency, checkpoint_at_end: when a :class:`tuneplat.Trainable`
+            class saves: every N iterations, and at the end (as in Ray). Function
+            trainables checkpoint through ``report`` and ignore them.
     """
 
     num_to_keep: int | None = None

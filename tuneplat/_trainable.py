@@ -322,7 +322,7 @@ class TrainableFunction:
         except BaseException:  # a failure, or the tuner stopping/pausing the trial: clean up, keep the reason
             try:
                 trainable.stop()
-            except Exception:  # noqa: BLE001 - the original exception says why the trial ended
+            except Exception:
                 logger.warning("tuneplat: %s.cleanup() failed while the trial was ending", self.__qualname__,
                                exc_info=True)
             raise

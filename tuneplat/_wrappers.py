@@ -84,9 +84,8 @@ class ParameterizedTrainable:
 
 
 def _unwrap(trainable: Any, where: str) -> tuple[Callable[..., Any], ParameterizedTrainable | None]:
-    from .train._trainer import TorchTrainer
-
     from ._trainable import Trainable, TrainableFunction
+    from .train._trainer import TorchTrainer
 
     if isinstance(trainable, ParameterizedTrainable):
         return trainable._fn, trainable
