@@ -192,3 +192,17 @@ def test_with_parameters_checks_setup_and_plain_classes_are_refused(storage):
 
     with pytest.raises(TypeError, match="does not subclass tune.Trainable"):
         tune.Tuner(NotATrainable, run_config=RunConfig(storage_path=storage))
+
+
+def test_tuner_restore_resumes_an_errored_class_trial_through_load_checkpoint(dask_client, storage, tmp_path):
+    space = {"x": 2.0, "steps": 5, "fail_at": 4, "marker_dir": str(tmp_path)}
+    run = {"checkpoint_config": CheckpointConfig(checkpoint_frequency=3)}
+    first = _fit(dask_client, storage, C.Accumulator, space, "cls-restore", run=run, metric="loss", mode="min")
+    assert first.num_errors == 1 and _checkpoint_iterations(first[0]) == [3]
+    tuner = tune.Tuner.restore(os.path.join(storage, "cls-restore"), C.Accumulator, resume_errored=True,
+                               client=dask_client)
+    results = tuner.fit()
+    assert results.num_errors == 0
+    df = results[0].metrics_dataframe
+    assert _iterations(results[0]) == [1, 2, 3, 4, 5] and list(df["total"]) == [2.0, 4.0, 6.0, 8.0, 10.0]
+    assert list(df["loads"])[-1] == 1 and results[0].metrics["done"] is True
