@@ -34,6 +34,7 @@ class Accumulator(tune.Trainable):
             "loaded_owner": self.loaded[0] if self.loaded else "", "loaded_total": self.loaded[1] if self.loaded else -1.0,
             "logdir": self.logdir, "trial_name": self.trial_name, "x": self.x,
             "done": steps is not None and self.iteration + 1 >= steps,
+            "should_checkpoint": self.iteration + 1 == self.config.get("checkpoint_at"),
         }
 
     def save_checkpoint(self, checkpoint_dir):

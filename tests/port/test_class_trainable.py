@@ -40,7 +40,7 @@ def test_steps_are_reported_with_training_iteration_and_done_ends_the_trial(dask
     assert _iterations(r) == [1, 2, 3, 4]
     assert list(df["before_step"]) == [0, 1, 2, 3]  # self.iteration counts completed steps, as in Ray
     assert list(df["total"]) == [2.0, 4.0, 6.0, 8.0]
-    assert r.metrics["done"] is True and r.status == "TERMINATED"
+    assert r.metrics["done"] is True and r.status == "TERMINATED" and r.stop_reason == "stop criteria met"
     assert os.path.samefile(df["logdir"].iloc[0], r.path)  # self.logdir is the trial folder
     assert df["trial_name"].iloc[0]
     assert r.checkpoint is None and r.best_checkpoints == []  # no checkpoint asked for, none taken
@@ -62,13 +62,13 @@ def test_checkpoint_frequency_and_at_end_with_a_dict_checkpoint(dask_client, sto
 
 
 def test_checkpoint_at_end_on_a_stop_criterion_with_a_folder_checkpoint(dask_client, storage):
-    results = _fit(dask_client, storage, C.Accumulator, {"x": 1.0, "ckpt": "dir"}, "cls-end",
+    results = _fit(dask_client, storage, C.Accumulator, {"x": 1.0, "ckpt": "dir", "checkpoint_at": 1}, "cls-end",
                    run={"checkpoint_config": CheckpointConfig(checkpoint_at_end=True),
                         "stop": {"training_iteration": 3}},
                    metric="loss", mode="min")
     r = results[0]
     assert _iterations(r) == [1, 2, 3] and r.metrics["done"] is False
-    assert _checkpoint_iterations(r) == [3]
+    assert _checkpoint_iterations(r) == [1, 3]  # should_checkpoint=True at 1, at the end (the stop criterion) at 3
     with r.checkpoint.as_directory() as d:
         assert os.path.isfile(os.path.join(d, "state.json"))
     fresh = C.Accumulator({})
@@ -192,6 +192,10 @@ def test_with_parameters_checks_setup_and_plain_classes_are_refused(storage):
 
     with pytest.raises(TypeError, match="does not subclass tune.Trainable"):
         tune.Tuner(NotATrainable, run_config=RunConfig(storage_path=storage))
+    with pytest.raises(TypeError, match="does not subclass tune.Trainable"):
+        tune.with_resources(NotATrainable, {"cpu": 1})
+    tuner = tune.Tuner(tune.with_resources(C.Accumulator, {"cpu": 1}), run_config=RunConfig(storage_path=storage))
+    assert tuner.scaling_config.per_worker() == {"CPU": 1.0}
 
 
 def test_tuner_restore_resumes_an_errored_class_trial_through_load_checkpoint(dask_client, storage, tmp_path):
