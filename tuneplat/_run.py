@@ -99,15 +99,17 @@ def run(run_or_experiment: Callable[..., Any], *, name: str | None = None, metri
         raise_on_failed_trial: bool = True, trial_name_creator: Callable[[Any], str] | None = None,
         trial_dirname_creator: Callable[[Any], str] | None = None, resume: bool | str = False,
         reuse_actors: bool | None = None, progress_reporter: Any = None, client: Any = None,
-        **ray_only: Any) -> ExperimentAnalysis:
+        checkpoint_freq: int = 0, checkpoint_at_end: bool = False, **ray_only: Any) -> ExperimentAnalysis:
     """Run an experiment, the Ray Tune 1.x way (``ray.tune.run``); prefer :class:`Tuner`.
 
     Args:
-        run_or_experiment: the function trainable.
+        run_or_experiment: the function trainable, or a :class:`tuneplat.Trainable` class.
         config: the search space (``param_space``).
         resources_per_trial: as :func:`tuneplat.with_resources`.
         resume: True/"AUTO" continues the experiment ``storage_path/name`` when it exists.
         raise_on_failed_trial: raise :class:`TuneError` at the end if a trial errored.
+        checkpoint_freq, checkpoint_at_end: for a :class:`tuneplat.Trainable` class, as
+            ``CheckpointConfig(checkpoint_frequency=..., checkpoint_at_end=...)``.
         Others: as in :class:`TuneConfig`, :class:`RunConfig`, :class:`FailureConfig`.
 
     Raises:
@@ -128,6 +130,11 @@ def run(run_or_experiment: Callable[..., Any], *, name: str | None = None, metri
     if ray_only:
         raise TypeError(f"tune.run() got arguments tuneplat does not support: {sorted(ray_only)} "
                         "(see docs/porting-from-ray.md).")
+    if checkpoint_freq or checkpoint_at_end:
+        if checkpoint_config is not None:
+            raise ValueError("tune.run() got checkpoint_freq/checkpoint_at_end and checkpoint_config; give them in "
+                             "one place: CheckpointConfig(checkpoint_frequency=..., checkpoint_at_end=...).")
+        checkpoint_config = CheckpointConfig(checkpoint_frequency=checkpoint_freq, checkpoint_at_end=checkpoint_at_end)
     trainable = run_or_experiment
     if resources_per_trial is not None:
         trainable = with_resources(trainable, resources_per_trial)

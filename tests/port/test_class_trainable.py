@@ -210,3 +210,13 @@ def test_tuner_restore_resumes_an_errored_class_trial_through_load_checkpoint(da
     df = results[0].metrics_dataframe
     assert _iterations(results[0]) == [1, 2, 3, 4, 5] and list(df["total"]) == [2.0, 4.0, 6.0, 8.0, 10.0]
     assert list(df["loads"])[-1] == 1 and results[0].metrics["done"] is True
+
+
+def test_legacy_tune_run_with_a_class_and_checkpoint_freq(dask_client, storage):
+    analysis = tune.run(C.Accumulator, config={"x": 1.0}, metric="total", mode="max", stop={"training_iteration": 4},
+                        checkpoint_freq=2, checkpoint_at_end=True, storage_path=storage, name="cls-run", verbose=0,
+                        client=dask_client)
+    r = analysis.result_grid[0]
+    assert _iterations(r) == [1, 2, 3, 4] and _checkpoint_iterations(r) == [2, 4]
+    with pytest.raises(ValueError, match="one place"):
+        tune.run(C.Accumulator, checkpoint_freq=2, checkpoint_config=CheckpointConfig(), storage_path=storage)
