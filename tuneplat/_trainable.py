@@ -6,8 +6,10 @@ a :class:`TrainableFunction`, an ordinary function trainable that the existing
 machinery runs on a Dask worker: it builds the object, restores it from the
 trial's latest checkpoint (a retry, a restore, a PBT exploit, a HyperBand
 resume), then loops ``train()`` → ``tune.report(result, checkpoint=...)`` until
-the result says ``done`` or the tuner stops the trial (``report`` raises and
-the loop unwinds; ``cleanup`` runs either way).
+the tuner stops or pauses the trial (``report`` raises and the loop unwinds;
+``cleanup`` runs either way). A result with ``done=True`` is such a stop: the
+Tuner's ``RunConfig.stop`` is wrapped in :class:`StopOnDone`, checked before
+the scheduler, as Ray checks ``done``.
 
 When a checkpoint is taken follows Ray Tune: every ``checkpoint_frequency``
 iterations, on a result with ``should_checkpoint=True``, and at the end with
