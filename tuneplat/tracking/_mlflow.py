@@ -6,7 +6,10 @@ events to a queue. A writer thread ships them to a child process
 sends them with ``MlflowClient.log_batch`` (one call for many values). MLflow
 runs in its own process so that its CPU work (SQLAlchemy, HTTP) never
 competes with the tuner's loop for the GIL: the trial's ``report()`` path
-never waits on MLflow. When the tracking server is down, the buffers stay and
+never waits on MLflow. The uploader process outlives one ``fit()``
+(:class:`_Pool`): it is started when the callback is made, imports MLflow
+while the cluster starts, and serves the next ``fit()`` of the same Python
+process as well. When the tracking server is down, the buffers stay and
 are retried with backoff; at the end of the experiment the backlog is flushed
 with a bounded wait and whatever could not be logged is reported in a warning
 (and in ``<experiment>/mlflow_unlogged.json``).
@@ -195,7 +198,7 @@ class _Uploader:
             # take everything queued for a short window: one sync pass (a few log_batch calls,
             # one sqlite transaction each) then serves many results
             window_end = time.monotonic() + (0.0 if self.closing else BATCH_WINDOW_S)
-            while True:
+            while not items or items[-1][0] not in ("close", "exit"):  # the end's flush starts at once
                 try:
                     items.append(self.inbox.get(timeout=max(0.0, window_end - time.monotonic())))
                 except queue.Empty:
@@ -644,8 +647,12 @@ def _child_main() -> None:
 
 
 def _uploader_env() -> dict[str, str]:
-    """The ``MLFLOW_*`` environment the uploader process runs with (the user's settings win)."""
-    env = {k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}
+    """The environment the uploader process runs with: this process's, plus MLflow settings of its own.
+
+    An uploader is reused only by a ``fit()`` that would give it the same
+    environment (credentials, proxies and ``MLFLOW_*`` settings are read from it).
+    """
+    env = dict(os.environ)
     # MLflow's defaults retry one request for ~4 minutes; the uploader retries the whole
     # backlog itself, so keep each attempt short (in the uploader process only).
     env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
@@ -664,9 +671,7 @@ class _UploaderProcess:
         import tuneplat
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(tuneplat.__file__)))
-        full = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-        full.update(env)
-        full["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        full = dict(env, PYTHONPATH=os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p))
         self.env = env
         self.owner = os.getpid()
         self.proc = subprocess.Popen(
@@ -831,7 +836,7 @@ class _Session:
 
 
 class _Pool:
-    """Idle uploader processes of this Python process, by their ``MLFLOW_*`` environment.
+    """Idle uploader processes of this Python process, by their environment.
 
     Starting one costs ~3 s (Python and ``import mlflow``), so one is started
     when an :class:`MLflowCallback` is made (at ``fit()`` start, while the
@@ -857,12 +862,17 @@ class _Pool:
                 proc = idle.pop()
                 if proc.usable():
                     return proc
+            # the environment changed: idle uploaders of another one are unlikely to serve again
+            stale = [p for k, procs in self.idle.items() if k != key for p in procs]
+            self.idle = {k: v for k, v in self.idle.items() if k == key}
             proc = _UploaderProcess(env)
             self.every = [p for p in self.every if p.proc.poll() is None] + [proc]
             if not self.hooked:
                 atexit.register(self.shutdown)
                 self.hooked = True
-            return proc
+        for p in stale:
+            p.shutdown()
+        return proc
 
     def release(self, proc: _UploaderProcess) -> None:
         if not proc.usable():
