@@ -121,13 +121,27 @@ def _param_value(v: Any) -> str:
     return text[:_MAX_PARAM_LEN]
 
 
-def _metrics_of(result: dict[str, Any]) -> dict[str, float]:
+#: sanitized metric names (a sweep reports the same few names again and again)
+_METRIC_KEYS: dict[str, str] = {}
+
+
+def _metrics_of(result: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """The numeric values of a result, nested dicts flattened with ``/`` (on the tuner's loop: kept cheap)."""
     out = {}
-    for k, v in _flatten(result).items():
-        if k in _SKIP_METRICS or isinstance(v, bool):
+    for k, v in result.items():
+        name = f"{prefix}/{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            if v and list(v) != ["grid_search"]:
+                out.update(_metrics_of(v, name))
             continue
-        if isinstance(v, (int, float)):
-            out[_key(k)] = float(v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or name in _SKIP_METRICS:
+            continue
+        key = _METRIC_KEYS.get(name)
+        if key is None:
+            if len(_METRIC_KEYS) > 100_000:
+                _METRIC_KEYS.clear()
+            key = _METRIC_KEYS[name] = _key(name)
+        out[key] = float(v)
     return out
 
 
