@@ -171,6 +171,8 @@ class Tuner:
         if self._resume is None:
             from ._restore import save_tuner_state
 
+            self._set_aside_previous_journal()
+
             save_tuner_state(self.experiment_dir, {"param_space": self.param_space, "tune_config": self.tune_config,
                                                    "run_config": self.run_config, "scaling_config": self.scaling_config})
         ctrl.run()
@@ -179,6 +181,22 @@ class Tuner:
         if ctrl.fail_fast_error and self.run_config.failure_config.fail_fast == "raise":  # type: ignore[union-attr]
             raise TuneError(ctrl.fail_fast_error)
         return self._results
+
+    def _set_aside_previous_journal(self) -> None:
+        """A new run in a folder that holds an experiment of the same name starts its own journal.
+
+        The old journal is kept (renamed), so nothing is lost, and a later
+        ``Tuner.restore`` sees only the new run's trials.
+        """
+        journal = os.path.join(self.experiment_dir, "journal.jsonl")
+        if not os.path.isfile(journal) or os.path.getsize(journal) == 0:
+            return
+        kept = os.path.join(self.experiment_dir, f"journal.{datetime.datetime.now():%Y%m%d-%H%M%S-%f}.jsonl.old")
+        os.replace(journal, kept)
+        logger.warning("tuneplat: %s already held an experiment named %r; this run starts a new journal and the "
+                       "previous one is kept as %s. To continue that experiment instead, use Tuner.restore(%r, ...); "
+                       "to keep runs apart, give each a new RunConfig(name=...).", self.experiment_dir,
+                       self.experiment_name, os.path.basename(kept), self.experiment_dir)
 
     def get_results(self) -> ResultGrid:
         """The results of the last :meth:`fit` (or of the restored experiment)."""

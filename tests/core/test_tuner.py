@@ -258,3 +258,21 @@ def test_a_cluster_that_cannot_take_trials_ends_the_experiment_restorably(storag
     events = read_journal(os.path.join(results.experiment_path, "journal.jsonl"))
     assert any(e["event"] == "starved" and "no worker could take this trial" in e["message"] for e in events)
     assert events[-1]["event"] == "experiment_end" and events[-1]["status"] in ("interrupted", "failed")
+
+
+def test_a_new_run_with_the_same_name_starts_its_own_journal(dask_client, storage, caplog):
+    def run(x):
+        return tune.Tuner(T.quadratic, param_space={"x": x},
+                          run_config=tune.RunConfig(name="same", storage_path=storage, verbose=0, mlflow=False),
+                          client=dask_client).fit()
+
+    first = run(1.0)
+    second = run(2.0)
+    assert [r.config["x"] for r in first] == [1.0] and [r.config["x"] for r in second] == [2.0]
+    exp = os.path.join(storage, "same")
+    assert "already held an experiment named 'same'" in caplog.text
+    restored = tune.Tuner.restore(exp, T.quadratic).get_results()
+    assert [r.config["x"] for r in restored] == [2.0]  # only the new run's trials
+    (old,) = [f for f in os.listdir(exp) if f.endswith(".jsonl.old")]
+    old_trials = [e for e in tune.read_journal(os.path.join(exp, old)) if e["event"] == "trial_add"]
+    assert [e["config"]["x"] for e in old_trials] == [1.0]  # nothing lost
