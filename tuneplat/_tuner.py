@@ -189,10 +189,16 @@ class Tuner:
         ``Tuner.restore`` sees only the new run's trials.
         """
         journal = os.path.join(self.experiment_dir, "journal.jsonl")
-        if not os.path.isfile(journal) or os.path.getsize(journal) == 0:
-            return
         kept = os.path.join(self.experiment_dir, f"journal.{datetime.datetime.now():%Y%m%d-%H%M%S-%f}.jsonl.old")
-        os.replace(journal, kept)
+        if self._remote_dir is not None:  # the local cache was emptied: the remote copy is the one to keep
+            remote = f"{self._remote_dir}/journal.jsonl"
+            if not self._storage_fs.exists(remote):
+                return
+            self._storage_fs.mv(remote, f"{self._remote_dir}/{os.path.basename(kept)}")
+        elif not os.path.isfile(journal) or os.path.getsize(journal) == 0:
+            return
+        else:
+            os.replace(journal, kept)
         logger.warning("tuneplat: %s already held an experiment named %r; this run starts a new journal and the "
                        "previous one is kept as %s. To continue that experiment instead, use Tuner.restore(%r, ...); "
                        "to keep runs apart, give each a new RunConfig(name=...).", self.experiment_dir,

@@ -202,3 +202,16 @@ def test_pbt_clones_checkpoints_on_s3(dask_client, s3, cache_dir):
         assert r.checkpoint.path.startswith(f"{url}/results/pbt/")
         assert fs.exists(f"{r.checkpoint.path}/{MANIFEST}")
     assert checked >= 1
+
+
+def test_a_new_run_with_the_same_name_on_s3_keeps_the_old_journal(dask_client, s3, cache_dir):
+    fs, url = s3
+    for x in (1, 2):
+        tune.Tuner(T.counts_with_checkpoints, param_space={"steps": x}, run_config=_rc(fs, url, name="again"),
+                   client=dask_client).fit()
+    exp = f"{url}/results/again"
+    fs.invalidate_cache()
+    (old,) = [p for p in fs.ls(exp, detail=False) if p.endswith(".jsonl.old")]
+    assert '"steps": 1' in fs.cat_file(old).decode()
+    restored = tune.Tuner.restore(exp, T.counts_with_checkpoints, storage_filesystem=fs).get_results()
+    assert [r.config["steps"] for r in restored] == [2]
