@@ -41,6 +41,15 @@ def main(trial_dir: str) -> None:
         with open(os.path.join(existing[-1], "manifest.json")) as f:
             m = json.load(f)
         latest, generation = m["iteration"], m["generation"] + 1
+    def publish(src: str, name: str) -> None:
+        stage_checkpoint(src, trial_dir, name)
+        commit_checkpoint(trial_dir, name)
+
+    write_forever(latest, generation, publish)
+
+
+def write_forever(latest: int, generation: int, publish) -> None:
+    """Say "ready", then re-write checkpoint ``latest`` (the replace path) and the next ones until killed."""
     print("ready", latest, flush=True)
     src = tempfile.mkdtemp(prefix="crash_src_")
     try:
@@ -49,8 +58,7 @@ def main(trial_dir: str) -> None:
             for name in os.listdir(src):
                 os.unlink(os.path.join(src, name))
             write_source(src, it, generation)
-            stage_checkpoint(src, trial_dir, checkpoint_name(it))
-            commit_checkpoint(trial_dir, checkpoint_name(it))
+            publish(src, checkpoint_name(it))
             it += 1
     finally:
         shutil.rmtree(src, ignore_errors=True)

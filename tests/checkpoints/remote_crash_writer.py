@@ -7,24 +7,19 @@ checkpoint, re-writes that iteration (the replace path), then writes the next on
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-import tempfile
 
 import crash_writer
 import s3fs
-from crash_writer import write_source
+from crash_writer import write_forever
 
 from tuneplat._storage import (
     MANIFEST,
     PREFIX,
-    checkpoint_name,
     remote_clean_staging,
     remote_commit_checkpoint,
     remote_stage_checkpoint,
 )
-
 
 crash_writer.SIZE = 1 << 20  # 3 x 1 MiB per checkpoint: several commits per second against the local S3 server
 
@@ -51,20 +46,11 @@ def main(endpoint: str, trial_url: str) -> None:
     if existing:
         m = json.loads(fs.cat_file(f"{existing[-1]}/manifest.json"))
         latest, generation = m["iteration"], m["generation"] + 1
-    print("ready", latest, flush=True)
-    src = tempfile.mkdtemp(prefix="crash_src_")
-    try:
-        it = max(latest, 1)
-        while True:
-            for name in os.listdir(src):
-                os.unlink(os.path.join(src, name))
-            write_source(src, it, generation)
-            remote_stage_checkpoint(fs, src, trial_url, checkpoint_name(it))
-            remote_commit_checkpoint(fs, trial_url, checkpoint_name(it))
-            it += 1
-    finally:
-        shutil.rmtree(src, ignore_errors=True)
+    def publish(src: str, name: str) -> None:
+        remote_stage_checkpoint(fs, src, trial_url, name)
+        remote_commit_checkpoint(fs, trial_url, name)
 
+    write_forever(latest, generation, publish)
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
