@@ -766,17 +766,24 @@ class _UploaderProcess:
             self.proc.kill()
         self.proc.wait()
 
-    def shutdown(self) -> None:
-        """At interpreter exit: end an idle uploader; a busy one flushes on its own at the end of its stdin."""
+    def stop(self) -> bool:
+        """Ask the uploader to end (without waiting); True if it is idle, so that waiting for it is cheap.
+
+        The writer closes the uploader's stdin: an idle uploader leaves at once;
+        a busy one finishes its backlog first (bounded by its flush timeout).
+        """
         if self.owner != os.getpid() or self.proc.poll() is not None:
-            return
-        self.put(None)  # the writer closes stdin: the uploader finishes what it has and leaves
+            return False
+        self.put(None)
         if self.session is not None:
-            return  # it has a backlog to write; it ends on its own (bounded by its flush timeout)
+            return False
         if not self.ready.is_set():
             self.proc.terminate()  # still importing MLflow: nothing to lose
+        return True
+
+    def wait_end(self, deadline: float) -> None:
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -868,8 +875,14 @@ class _Pool:
         """Make sure an idle uploader for ``env`` exists (start one if not)."""
         self.release(self.acquire(env))
 
+    @staticmethod
+    def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        # names starting with "_" are process-internal and change under us (importing mlflow in
+        # the tuner sets _MLFLOW_TELEMETRY_SESSION_ID): they do not make another uploader necessary
+        return tuple(sorted((k, v) for k, v in env.items() if not k.startswith("_")))
+
     def acquire(self, env: dict[str, str]) -> _UploaderProcess:
-        key = tuple(sorted(env.items()))
+        key = self._key(env)
         with self.lock:
             idle = self.idle.get(key, [])
             while idle:
@@ -885,22 +898,25 @@ class _Pool:
                 atexit.register(self.shutdown)
                 self.hooked = True
         for p in stale:
-            p.shutdown()
+            p.stop()  # reaped by a later acquire() or at exit
         return proc
 
     def release(self, proc: _UploaderProcess) -> None:
         if not proc.usable():
             return
         with self.lock:
-            idle = self.idle.setdefault(tuple(sorted(proc.env.items())), [])
+            idle = self.idle.setdefault(self._key(proc.env), [])
             if proc not in idle:
                 idle.append(proc)
 
     def shutdown(self) -> None:
+        """At interpreter exit: end the idle uploaders (waiting at most ~2 s); busy ones end on their own."""
         with self.lock:
             procs, self.every, self.idle = self.every, [], {}
-        for proc in procs:
-            proc.shutdown()
+        idle = [p for p in procs if p.stop()]
+        deadline = time.monotonic() + 2.0
+        for p in idle:
+            p.wait_end(deadline)
 
 
 _POOL = _Pool()
