@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._config import RunConfig, ScalingConfig, TuneConfig
+from ._function import report_returns
 from ._result import Result, ResultGrid, TrialError
 from ._trainable import Trainable, TrainableFunction, for_run
 from ._trial import Trial, TrialStatus
@@ -98,7 +99,7 @@ class Tuner:
                             "tune.Trainable subclasses (setup/step/save_checkpoint/load_checkpoint): derive it from "
                             "tune.Trainable (see docs/porting-from-ray.md).")
         elif callable(trainable):
-            fn = trainable
+            fn = report_returns(trainable)  # a returned/yielded dict or number is a result, as in Ray
         else:
             raise TypeError(f"trainable must be a function fn(config) or a TorchTrainer, got {type(trainable).__name__}")
         resources = resources_of(trainable)
