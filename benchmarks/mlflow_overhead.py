@@ -7,9 +7,13 @@ logged with its step, parent + 16 nested runs); "off" is RunConfig(mlflow=False)
 "whole fit" is results / fit() wall time, which also includes MLflow's end-of-experiment flush
 (the uploader process writing the backlog to sqlite). Runs alternate off/on to share the machine's noise.
 
+With --work-ms N each report follows N ms of busy CPU work in the trial (default 0: the
+report path alone, the worst case for MLflow: ~25,000 metric values/s).
+
 Usage:
   python benchmarks/mlflow_overhead.py             # 3 pairs; prints one JSON object
   python benchmarks/mlflow_overhead.py --pairs 1   # smoke run
+  python benchmarks/mlflow_overhead.py --work-ms 10 --pairs 2   # trials that compute between reports
 """
 
 from __future__ import annotations
@@ -32,11 +36,15 @@ TRIALS, REPORTS = 16, 100
 def many(config):
     import tuneplat
 
+    work_s = config.get("work_ms", 0) / 1000
     for i in range(REPORTS):
+        end = time.perf_counter() + work_s
+        while time.perf_counter() < end:  # CPU work, as a training step would do
+            pass
         tuneplat.report({"loss": config["x"] + 1.0 / (i + 1), "acc": i / REPORTS, "lr": 0.01, "step_s": 0.0})
 
 
-def one_fit(client, storage: str, mlflow_on: bool) -> dict:
+def one_fit(client, storage: str, mlflow_on: bool, work_ms: float = 0.0) -> dict:
     import tuneplat as tune
 
     class Clock(tune.Callback):
@@ -47,7 +55,7 @@ def one_fit(client, storage: str, mlflow_on: bool) -> dict:
             self.last = time.perf_counter()
 
     clock = Clock()
-    tuner = tune.Tuner(many, param_space={"x": tune.grid_search(list(range(TRIALS)))},
+    tuner = tune.Tuner(many, param_space={"x": tune.grid_search(list(range(TRIALS))), "work_ms": work_ms},
                        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=2),
                        run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[clock],
                                                  mlflow=None if mlflow_on else False),
@@ -72,6 +80,7 @@ def one_fit(client, storage: str, mlflow_on: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--work-ms", type=float, default=0.0, help="busy CPU time before each report (ms)")
     args = ap.parse_args()
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     import dask
@@ -82,14 +91,15 @@ def main() -> None:
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0",
                                resources={"CPU": 1})
     client = Client(cluster)
+    load_before = os.getloadavg()[0]
     try:
         storage = tempfile.mkdtemp(prefix="mlflow_bench_")  # one storage path, as a user would keep
         one_fit(client, storage, False)  # warm-up: worker imports
         one_fit(client, storage, True)   # warm-up: creates the sqlite store (schema migrations, ~3 s)
         off, on = [], []
         for _ in range(args.pairs):
-            off.append(one_fit(client, storage, False))
-            on.append(one_fit(client, storage, True))
+            off.append(one_fit(client, storage, False, args.work_ms))
+            on.append(one_fit(client, storage, True, args.work_ms))
     finally:
         client.close()
         cluster.close()
@@ -98,15 +108,18 @@ def main() -> None:
     off_fit = statistics.median(r["fit_results_per_s"] for r in off)
     on_fit = statistics.median(r["fit_results_per_s"] for r in on)
     print(json.dumps({
-        "workload": f"{TRIALS} trials x {REPORTS} reports, 2 at a time, 4 metrics per report",
+        "workload": f"{TRIALS} trials x {REPORTS} reports, 2 at a time, 4 metrics per report, "
+                    f"{args.work_ms:g} ms of CPU work before each report",
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}",
         "off": off, "on": on,
         "median_results_per_s_while_training": {"off": off_rate, "on": on_rate},
         "on_vs_off_while_training": round(on_rate / off_rate, 3),
         "median_results_per_s_whole_fit_incl_mlflow_flush": {"off": off_fit, "on": on_fit},
         "on_vs_off_whole_fit": round(on_fit / off_fit, 3),
-        "goal": "on >= 0.8 x off while training (the report path)",
+        "goal": "on >= 0.8 x off",
         "met": on_rate >= 0.8 * off_rate,
+        "met_whole_fit": on_fit >= 0.8 * off_fit,
+        "load_avg_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
     }, indent=2))
 
 
