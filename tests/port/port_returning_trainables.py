@@ -27,3 +27,16 @@ def reports_then_returns(config, offset=0.0):
 
 def returns_text(config):
     return "not a metric"
+
+
+def reproducible(config):
+    """ray.train.torch.enable_reproducibility at the top of a training function."""
+    import torch
+
+    from tuneplat.train.torch import enable_reproducibility
+
+    enable_reproducibility(seed=config["seed"])
+    try:
+        tune.report({"draw": float(torch.rand(1)), "deterministic": torch.are_deterministic_algorithms_enabled()})
+    finally:  # the Dask worker process runs other tests' trials next
+        torch.use_deterministic_algorithms(False)

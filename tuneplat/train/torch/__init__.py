@@ -41,7 +41,8 @@ from .. import _session as _sessions
 from ..._checkpoint import load_torch
 from .._trainer import TorchTrainer
 
-__all__ = ["TorchConfig", "TorchTrainer", "get_device", "get_devices", "load_torch", "prepare_data_loader", "prepare_model"]
+__all__ = ["TorchConfig", "TorchTrainer", "enable_reproducibility", "get_device", "get_devices", "load_torch",
+           "prepare_data_loader", "prepare_model"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -107,6 +108,29 @@ def get_devices() -> list[torch.device]:
     if torch.cuda.is_available():
         return [torch.device("cuda", torch.cuda.current_device())]
     return [torch.device("cpu")]
+
+
+def enable_reproducibility(seed: int = 0) -> None:
+    """Seed torch, numpy and ``random`` and make torch deterministic (``ray.train.torch.enable_reproducibility``).
+
+    Call it at the top of the training function, on every rank. It sets
+    ``torch.use_deterministic_algorithms(True)`` (an operation without a
+    deterministic implementation then raises), turns off cuDNN benchmarking
+    and sets ``CUBLAS_WORKSPACE_CONFIG`` for deterministic cuBLAS. Worker
+    processes are reused between trials: these settings stay on for the later
+    trials of that process, as they would in a reused Ray actor.
+    """
+    import os
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
 
 
 def get_device() -> torch.device:
