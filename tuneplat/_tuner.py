@@ -159,8 +159,10 @@ class Tuner:
         the experiment can be continued with :meth:`Tuner.restore`.
         """
         from ._controller import Controller, TuneError
+        from ._mainguard import check_main_guard
         from .tracking import make_callbacks
 
+        check_main_guard(self.client, self.run_config.address)  # before any worker process imports the script
         callbacks = make_callbacks(self.run_config, self.experiment_name) + adapt_callbacks(self.run_config.callbacks)
         ctrl = Controller(
             trainable=self.trainable, param_space=self.param_space, tune_config=self.tune_config,
