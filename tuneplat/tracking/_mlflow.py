@@ -269,9 +269,10 @@ class _Uploader:
             st.reconcile = spec.get("reconcile")
             st.start_time = spec.get("start_time")
             return
-        st = self.runs.get(key)
-        if st is None:
+        target = self.runs.get(key)
+        if target is None:
             return
+        st = target
         if op == "metrics":
             st.metrics.extend(item[2])
         elif op == "params":
@@ -432,14 +433,14 @@ class _Uploader:
             self._progress()
         self._log_tags(client, st)
         while st.metrics:
-            chunk = st.metrics[:1000]
+            rows = st.metrics[:1000]
             try:
-                client.log_batch(rid, metrics=[Metric(k, v, ts, step) for k, v, ts, step in chunk])
+                client.log_batch(rid, metrics=[Metric(k, v, ts, step) for k, v, ts, step in rows])
             except Exception as exc:
                 if not self._permanent(exc):
                     raise
-                self._drop(f"{len(chunk)} metric values of run {st.name}", exc)
-            del st.metrics[:len(chunk)]
+                self._drop(f"{len(rows)} metric values of run {st.name}", exc)
+            del st.metrics[:len(rows)]
             self._progress()
         while st.artifacts:
             kind, payload, path = st.artifacts[0]
@@ -732,7 +733,8 @@ class _UploaderProcess:
                 self.broken = self.broken or f"the MLflow uploader process ended early ({exc})"
                 return
         try:
-            self.proc.stdin.close()
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
         except OSError:
             pass
 
@@ -950,6 +952,7 @@ class MLflowCallback(Callback):
         self.experiment_name = experiment_name
         self.tracking_uri: str | None = None
         self.uploader: _Session | None = None
+        self.parent_run_id: str | None = None
         self.unlogged: dict[str, int] = {}
         self._superseded: set[str] = set()
         # start (or find) the uploader process now: its ~3 s of start-up overlap the cluster's
@@ -1015,17 +1018,20 @@ class MLflowCallback(Callback):
         if artifact_location is not None:  # one artifact folder per MLflow experiment
             artifact_location = f"{artifact_location}/{_key(self.mlflow_experiment).replace('/', '_')}"
         self._journaled: dict[str, str] = {}
-        self.parent_run_id: str | None = None
+        self.parent_run_id = None
         parent_resume = None
         if ctrl.resume:
             known: dict[str, str] = {}
             for line in _read_lines(os.path.join(ctrl.experiment_dir, IDS_FILE)):
                 known[line["key"]] = line["run_id"]
             for ev in read_journal(os.path.join(ctrl.experiment_dir, "journal.jsonl")):
+                rid = ev.get("run_id")
+                if not rid:
+                    continue
                 if ev.get("event") == "mlflow_parent_run":
-                    known[PARENT] = ev.get("run_id")
+                    known[PARENT] = rid
                 elif ev.get("event") == "mlflow_run":
-                    known[ev["trial_id"]] = self._journaled[ev["trial_id"]] = ev.get("run_id")
+                    known[ev["trial_id"]] = self._journaled[ev["trial_id"]] = rid
             parent_resume = known.pop(PARENT, None)
             for t in ctrl.trials:
                 if t.mlflow_run_id is None and t.trial_id in known:
@@ -1035,7 +1041,7 @@ class MLflowCallback(Callback):
             {"tracking_uri": self.tracking_uri, "experiment_name": self.mlflow_experiment,
              "artifact_location": artifact_location, "flush_timeout": _flush_timeout()},
             os.path.join(ctrl.experiment_dir, IDS_FILE))
-        sched = getattr(ctrl.scheduler, "describe", dict)()
+        sched: dict[str, Any] = getattr(ctrl.scheduler, "describe", dict)()
         params = {
             "metric": _param_value(ctrl.metric), "mode": _param_value(ctrl.mode),
             "num_samples": str(ctrl.tc.num_samples), "searcher": type(ctrl.searcher).__name__,
