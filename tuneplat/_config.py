@@ -191,8 +191,8 @@ class RunConfig:
             _check(isinstance(self.stop, Mapping), "RunConfig.stop", self.stop,
                    "a dict {metric: threshold} or a callable (trial_id, result) -> bool")
             for k, v in self.stop.items():
-                _check(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v),
-                       f"RunConfig.stop[{k!r}]", v, "a number")
+                _check(isinstance(v, (int, float)) and not math.isnan(v),
+                       f"RunConfig.stop[{k!r}]", v, "a number (or a bool, e.g. {'done': True})")
         _check(self.verbose in (0, 1, 2, 3), "RunConfig.verbose", self.verbose, "0, 1, 2 or 3")
         self.failure_config = self.failure_config or FailureConfig()
         self.checkpoint_config = self.checkpoint_config or CheckpointConfig()

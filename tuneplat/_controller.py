@@ -174,7 +174,7 @@ class Controller:
         self._stop_fn = self._make_stopper(run_config.stop)
         stop_all = getattr(run_config.stop, "stop_all", None) if not isinstance(run_config.stop, Mapping) else None
         self._stop_all_fn: Callable[[], bool] | None = stop_all if callable(stop_all) else None
-        self._deadline = (time.monotonic() + tune_config.time_budget_s) if tune_config.time_budget_s else None
+        self._deadline: float | None = None  # set once the cluster is up: the budget is for trials
         self.reporter = ProgressReporter(self.metric, self.mode, run_config.verbose, run_config.progress_interval_s)
         self.hang_timeout_s = _heartbeat_timeout_s()
         self.max_slots = 0
@@ -196,7 +196,7 @@ class Controller:
         def check(tid: str, result: Mapping[str, Any]) -> bool:
             for key, threshold in criteria.items():
                 v = result.get(key)
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= threshold:
+                if isinstance(v, (int, float)) and v >= threshold:  # bools too: stop={"done": True}
                     return True
             return False
 
@@ -266,6 +266,8 @@ class Controller:
         try:
             self.ledger = Ledger()
             self.cluster.wait_for_workers()
+            if self.tc.time_budget_s:
+                self._deadline = time.monotonic() + self.tc.time_budget_s
             self._refresh_ledger()
             self.ledger.check_fits_empty(self.request, self.world_size, self.sc.placement_strategy)
             host = self.cluster.tuner_host()
@@ -1001,6 +1003,13 @@ class Controller:
 
     def _check_metric(self, trial: Trial, result: Mapping[str, Any]) -> str | None:
         metrics = self.metric if isinstance(self.metric, list) else ([self.metric] if self.metric else [])
+        if isinstance(self.rc.stop, Mapping):
+            missing = [k for k in self.rc.stop if k not in result and k != "done"]  # an absent done is False
+            if missing:  # Ray raises too: a misspelt stop key would otherwise never stop anything
+                user_keys = sorted(k for k in result if k not in _AUTO_KEYS)
+                return (f"RunConfig(stop=...) names {missing}, which trial {trial.trial_id} did not report (it "
+                        f"reported {user_keys} and the automatic keys such as 'training_iteration'); fix the "
+                        "spelling, or report that key in every report() call.")
         for m in metrics:
             if m not in result:
                 user_keys = sorted(k for k in result if k not in _AUTO_KEYS)
@@ -1022,6 +1031,8 @@ class Controller:
         trial = group.trial
         if group.stop_requested is not None:
             return group.stop_requested, trial.stop_reason or "stop requested"
+        if result.get("done") is True:  # Ray: a result that says done ends the trial
+            return Decision.STOP, "the trial reported done=True"
         if self._stop_fn is not None and self._stop_fn(trial.trial_id, result):
             self._check_stop_all()
             return Decision.STOP, "stop criteria met"

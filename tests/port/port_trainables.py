@@ -78,3 +78,9 @@ def checkpointing(config):
             with open(os.path.join(d, "it"), "w") as f:
                 f.write(str(i + 1))
             train.report({"loss": loss, "acc": 1 - loss}, checkpoint=Checkpoint.from_directory(d))
+
+
+def says_done(config):
+    """Reports done=True at step `done_at` (Ray: the trial ends there); would go on to `steps`."""
+    for step in range(1, config.get("steps", 6) + 1):
+        tune.report({"loss": 1.0 / step, "done": step == config["done_at"]})

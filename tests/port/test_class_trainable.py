@@ -40,7 +40,7 @@ def test_steps_are_reported_with_training_iteration_and_done_ends_the_trial(dask
     assert _iterations(r) == [1, 2, 3, 4]
     assert list(df["before_step"]) == [0, 1, 2, 3]  # self.iteration counts completed steps, as in Ray
     assert list(df["total"]) == [2.0, 4.0, 6.0, 8.0]
-    assert r.metrics["done"] is True and r.status == "TERMINATED" and r.stop_reason == "stop criteria met"
+    assert r.metrics["done"] is True and r.status == "TERMINATED" and r.stop_reason == "the trial reported done=True"
     assert os.path.samefile(df["logdir"].iloc[0], r.path)  # self.logdir is the trial folder
     assert df["trial_name"].iloc[0]
     assert r.checkpoint is None and r.best_checkpoints == []  # no checkpoint asked for, none taken

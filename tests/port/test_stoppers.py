@@ -110,3 +110,26 @@ def test_timeout_stopper_ends_the_experiment(dask_client, storage):
                    TimeoutStopper(1.0), max_concurrent_trials=1)
     assert results.num_errors == 0 and all(r.status == "TERMINATED" for r in results)
     assert all(r.metrics.get("training_iteration", 0) < 100 for r in results)
+
+
+def _fit_stop(client, storage, fn, space, stop):
+    return tune.Tuner(fn, param_space=space, client=client,
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, mlflow=False, stop=stop)).fit()
+
+
+def test_a_result_with_done_true_ends_a_function_trial(dask_client, storage):
+    (r,) = _fit_stop(dask_client, storage, P.says_done, {"done_at": 2}, None)
+    assert r.error is None and r.metrics["training_iteration"] == 2
+    assert r.stop_reason == "the trial reported done=True"
+
+
+def test_stop_dict_takes_bools_and_compares_with_ge(dask_client, storage):
+    (r,) = _fit_stop(dask_client, storage, P.count, {"steps": 9}, {"done": True, "training_iteration": 4})
+    assert r.metrics["training_iteration"] == 4  # "done" is never reported as True here: the iteration stops it
+
+
+def test_a_misspelt_stop_key_fails_the_trial_saying_which(dask_client, storage):
+    (r,) = _fit_stop(dask_client, storage, P.count, {"steps": 9}, {"trainig_iteration": 2})
+    assert r.error is not None
+    assert "RunConfig(stop=...) names ['trainig_iteration'], which trial" in str(r.error)
+    assert r.metrics == {} or r.metrics["training_iteration"] == 1
