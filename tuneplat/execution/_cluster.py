@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -138,16 +139,36 @@ class Cluster:
             return s.getsockname()[0]
 
     def close(self) -> None:
-        if self.local_cluster is not None:
-            # Workers first, so none heartbeats into a closing scheduler (a noisy traceback otherwise).
-            try:
-                self.client.retire_workers(close_workers=True)
-            except Exception:  # noqa: BLE001 - closing anyway
-                pass
-        if self.owns_client:
-            self.client.close()
-        if self.local_cluster is not None:
-            self.local_cluster.close()
+        with _quiet_distributed(self.local_cluster is not None):
+            if self.local_cluster is not None:
+                # Workers first, so none heartbeats into a closing scheduler (a noisy traceback otherwise).
+                try:
+                    self.client.retire_workers(close_workers=True)
+                except Exception:  # noqa: BLE001 - closing anyway
+                    pass
+            if self.owns_client:
+                self.client.close()
+            if self.local_cluster is not None:
+                self.local_cluster.close()
+
+
+@contextlib.contextmanager
+def _quiet_distributed(quiet: bool) -> Iterator[None]:
+    """While our own embedded cluster shuts down, its INFO lines ("connection closed") and the nanny's
+    cancelled-task tracebacks say nothing the user can act on: keep them out of the user's terminal."""
+    if not quiet:
+        yield
+        return
+    loggers = [logging.getLogger(n) for n in ("distributed", "distributed.core", "distributed.nanny",
+                                                 "distributed.scheduler", "distributed.worker")]
+    saved = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, saved):
+            lg.setLevel(level)
 
 
 @dataclass
