@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from ..train._session import RankSpec, Session, StopTrial, TrialAborted, _set_session
+from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, _set_session
 from ._wire import recv_msg, send_msg, send_token
 
 __all__ = ["run_rank"]
@@ -229,11 +229,22 @@ def _release_gpu_memory() -> None:
         pass
 
 
+#: how long an idle runner waits for the tuner's next trial before it returns (a safety net: the tuner answers
+#: "next" or "bye" in the same pass of its loop that handled "done")
+IDLE_WAIT_S = float(os.environ.get("TUNEPLAT_RUNNER_IDLE_S", "60"))
+
+
 def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     """Run ``trainable(config)`` as rank ``spec.rank``; outcome goes to the tuner over TCP.
 
     ``deps`` are the trainable's objects already on the cluster (``tune.with_parameters``),
     passed as Dask futures so that Dask fetches them to this worker.
+
+    A single-rank trial that ends healthily (it returned, was stopped, or raised an
+    ``Exception``) offers this task to the tuner for the next trial of the same
+    experiment (Ray's ``reuse_actors``): the runner waits on the same connection for
+    ``("next", RankSpec)``, which it runs at once, or ``("bye",)``, and returns.
+    Multi-rank trials never chain: torch's process-wide state stays one trial's.
     """
     if deps:
         trainable = trainable._tuneplat_resolve(*deps)  # type: ignore[attr-defined]
@@ -249,17 +260,62 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     if go[0] != "go":
         sock.close()
         return "not started"
+    heartbeat = Heartbeat(sock)
+    try:
+        outcome, idle = _run_trial(trainable, spec, sock, heartbeat)
+        while idle:
+            nxt = _wait_next(sock)
+            if nxt is None:
+                break
+            spec = nxt
+            try:
+                with heartbeat.send_lock:
+                    send_msg(sock, ("started",))  # the tuner learns that user code runs (not lost before start)
+            except OSError:
+                break
+            outcome, idle = _run_trial(trainable, spec, sock, heartbeat)
+    finally:
+        heartbeat.close()
+        try:
+            sock.close()
+        except OSError:
+            pass
+    return outcome
+
+
+def _wait_next(sock: socket.socket) -> RankSpec | None:
+    """An idle runner: the tuner's next trial for this task, or None ("bye", the tuner gone, or no answer)."""
+    try:
+        sock.settimeout(IDLE_WAIT_S)
+        msg = recv_msg(sock)
+        sock.settimeout(None)
+    except (ConnectionError, OSError):  # socket.timeout is an OSError
+        return None
+    if msg[0] != "next":
+        return None
+    return msg[1]
+
+
+def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socket,
+               heartbeat: Heartbeat) -> tuple[str, bool]:
+    """One trial on this rank: user code between "go" (or "next") and "done"/"error".
+
+    Returns the outcome and whether this runner now waits for the tuner's next trial
+    (it told the tuner so in its "done"/"error" message).
+    """
     saved_env = {k: os.environ.get(k) for k in _ENV_KEYS}
     os.environ.update(
         RANK=str(spec.rank), WORLD_SIZE=str(spec.world_size), LOCAL_RANK=str(spec.local_rank),
         LOCAL_WORLD_SIZE=str(spec.local_world_size), NODE_RANK=str(spec.node_rank),
     )
-    session = Session(spec, sock)
+    session = Session(spec, sock, heartbeat.send_lock)
     _set_session(session)
-    session.start_heartbeat()
+    heartbeat.attach(session)
     store = None
     group_sockets: dict[int, str] = {}
     outcome = "done"
+    chainable = spec.world_size == 1
+    idle = False
     backend, pg_timeout_s = _torch_settings(trainable, spec)
     try:
         if spec.world_size > 1:
@@ -267,16 +323,18 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
         elif spec.gpu_ids:
             _pin_gpu(spec)
         _call(trainable, spec.config)
-        _send(session, ("done",))
+        idle = _send(session, ("done", chainable)) and chainable
     except StopTrial:
-        _send(session, ("done",))
+        idle = _send(session, ("done", chainable)) and chainable
     except TrialAborted:
         outcome = "aborted"
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner
         outcome = "error"
-        _send(session, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        # a Python exception leaves the process healthy; SystemExit, KeyboardInterrupt & co. end the task
+        chainable = chainable and isinstance(exc, Exception)
+        idle = _send(session, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
     finally:
-        session.finished.set()
+        heartbeat.detach(session)
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)
             store = None
@@ -288,15 +346,12 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        try:
-            sock.close()
-        except OSError:
-            pass
-    return outcome
+    return outcome, idle
 
 
-def _send(session: Session, msg: Any) -> None:
+def _send(session: Session, msg: Any) -> bool:
     try:
         session.send(msg)
     except OSError:
-        pass
+        return False
+    return True
