@@ -246,6 +246,7 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     ``("next", RankSpec)``, which it runs at once, or ``("bye",)``, and returns.
     Multi-rank trials never chain: torch's process-wide state stays one trial's.
     """
+    copy = _fresh_copies(trainable, deps) if spec.world_size == 1 else None
     if deps:
         trainable = trainable._tuneplat_resolve(*deps)  # type: ignore[attr-defined]
     sock = socket.create_connection(spec.tuner_addr, timeout=60)
@@ -262,7 +263,7 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
         return "not started"
     heartbeat = Heartbeat(sock)
     try:
-        outcome, idle = _run_trial(trainable, spec, sock, heartbeat)
+        outcome, idle = _run_trial(trainable, spec, sock, heartbeat, may_chain=copy is not None)
         while idle:
             nxt = _wait_next(sock)
             if nxt is None:
@@ -273,7 +274,8 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
                     send_msg(sock, ("started",))  # the tuner learns that user code runs (not lost before start)
             except OSError:
                 break
-            outcome, idle = _run_trial(trainable, spec, sock, heartbeat)
+            assert copy is not None
+            outcome, idle = _run_trial(copy(), spec, sock, heartbeat, may_chain=True)
     finally:
         heartbeat.close()
         try:
@@ -281,6 +283,30 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
         except OSError:
             pass
     return outcome
+
+
+def _fresh_copies(trainable: Callable[..., Any], deps: tuple[Any, ...]) -> Callable[[], Callable[..., Any]] | None:
+    """A maker of fresh copies of ``trainable`` as Dask delivered it, for the trials chained after the first.
+
+    Each Dask task deserializes its own copy of the trainable, so state that a trial
+    leaves in a trainable pickled by value (a function defined in a notebook or
+    ``__main__``, with the globals it uses) never reached the next trial; chained
+    trials keep that. Functions pickled by reference (importable modules) come back as
+    the same object, as they would in a new task. None if it cannot be pickled here.
+    """
+    try:
+        import cloudpickle
+
+        blob = cloudpickle.dumps(trainable)
+    except Exception:  # noqa: BLE001 - e.g. an object only Dask's own serializers handle: reuse it as it is
+        logger.debug("tuneplat: cannot copy the trainable for chained trials", exc_info=True)
+        return None
+
+    def copy() -> Callable[..., Any]:
+        fresh = cloudpickle.loads(blob)
+        return fresh._tuneplat_resolve(*deps) if deps else fresh
+
+    return copy
 
 
 def _wait_next(sock: socket.socket) -> RankSpec | None:
@@ -297,7 +323,7 @@ def _wait_next(sock: socket.socket) -> RankSpec | None:
 
 
 def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socket,
-               heartbeat: Heartbeat) -> tuple[str, bool]:
+               heartbeat: Heartbeat, may_chain: bool) -> tuple[str, bool]:
     """One trial on this rank: user code between "go" (or "next") and "done"/"error".
 
     Returns the outcome and whether this runner now waits for the tuner's next trial
@@ -314,7 +340,7 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
     store = None
     group_sockets: dict[int, str] = {}
     outcome = "done"
-    chainable = spec.world_size == 1
+    chainable = may_chain and spec.world_size == 1
     idle = False
     backend, pg_timeout_s = _torch_settings(trainable, spec)
     try:
