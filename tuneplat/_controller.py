@@ -353,6 +353,9 @@ class Controller:
             if not self.stopping:
                 self._launch_what_fits()
             self._dismiss_idle()  # runners no trial was given to in this pass leave their slots
+            # (after launching: a journal fsync, ~2 ms, never delays the start of a trial that a runner waits for)
+            self._sync_files()
+            self.reporter.maybe_report(self.trials)
             if self._finished():
                 break
             timeout = self._next_timeout()
@@ -368,8 +371,6 @@ class Controller:
                     self._read(key.data)
             self._drain_wake_events()
             self._check_deadlines()
-            self._sync_files()
-            self.reporter.maybe_report(self.trials)
 
     def _finished(self) -> bool:
         if self.groups or (self.queue and not self.stopping):

@@ -213,11 +213,13 @@ class Heartbeat:
         self._session: Session | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._waiting = False  # the thread waits for a trial to be attached (none runs)
 
     def attach(self, session: Session) -> None:
         with self._cond:
             self._session = session
-            self._cond.notify()
+            if self._waiting:  # (otherwise it notices the new trial at the end of its current wait: no wake-up)
+                self._cond.notify()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name=f"tuneplat-heartbeat-{session.spec.trial_id}-r{session.spec.rank}")
@@ -228,7 +230,6 @@ class Heartbeat:
         with self._cond:
             if self._session is session:
                 self._session = None
-            self._cond.notify()
 
     def close(self) -> None:
         with self._cond:
@@ -240,12 +241,16 @@ class Heartbeat:
         while True:
             with self._cond:
                 while self._session is None and not self._closed:
+                    self._waiting = True
                     self._cond.wait()
+                    self._waiting = False
                 if self._closed:
                     return
                 session = self._session
                 assert session is not None
-                self._cond.wait(session.spec.heartbeat_s)  # woken early when the trial ends
+                # a trial chained after this one is noticed when this wait ends: its first ping comes within
+                # two intervals of its start, well inside the tuner's limit of ten
+                self._cond.wait(session.spec.heartbeat_s)
                 if self._closed:
                     return
                 if self._session is not session or session.finished.is_set():
