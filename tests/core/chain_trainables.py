@@ -77,3 +77,10 @@ def make_closure():
         tune.report({"loss": 1.0, "seen": len(seen), "task": _task_key()})
 
     return remembers
+
+
+def short_sleep(config):
+    import time
+
+    time.sleep(config.get("sleep", 0.05))  # the workload
+    tune.report({"loss": 1.0, "task": _task_key()})

@@ -127,3 +127,45 @@ def test_each_chained_trial_gets_a_fresh_copy_of_a_by_value_trainable(dask_clien
     assert results.num_terminated == 3
     assert [_rows(r)[0]["seen"] for r in results] == [1, 1, 1]
     assert len({_rows(r)[0]["task"] for r in results}) == 1
+
+
+def test_a_chain_yields_its_worker_to_another_tuners_ranks(dask_client, storage):
+    """Two Tuners share the cluster: B's ranks, queued by Dask behind A's chained runners, start once the trial
+    running there ends (as behind a task of its own), not when A's whole chain of 40 trials ends."""
+    import threading
+
+    started = threading.Event()
+
+    class FirstResult(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            started.set()
+
+    grids = {}
+    errors = []
+
+    def run_a():
+        try:
+            grids["a"] = tune.Tuner(
+                C.short_sleep, param_space={"i": tune.grid_search(list(range(40)))},
+                tune_config=tune.TuneConfig(max_concurrent_trials=2),
+                run_config=tune.RunConfig(storage_path=storage, name="a", verbose=0, mlflow=False,
+                                          callbacks=[FirstResult()]),
+                client=dask_client).fit()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=run_a)
+    thread.start()
+    assert started.wait(120)
+    b = tune.Tuner(C.fail_or_report, param_space={"fail": tune.grid_search([False, False])},
+                   tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=2),
+                   run_config=tune.RunConfig(storage_path=storage, name="b", verbose=0, mlflow=False),
+                   client=dask_client).fit()
+    thread.join(240)
+    assert not thread.is_alive() and not errors, errors
+    assert b.num_terminated == 2 and grids["a"].num_terminated == 40
+    b_done = max(r.metrics["timestamp"] for r in b)
+    a_later = [r for r in grids["a"] if r.metrics["timestamp"] - r.metrics["time_total_s"] > b_done]
+    assert len(a_later) >= 5, len(a_later)  # A went on after B's trials ran
+    _assert_workers_free(dask_client)

@@ -309,6 +309,21 @@ def _fresh_copies(trainable: Callable[..., Any], deps: tuple[Any, ...]) -> Calla
     return copy
 
 
+def _others_wait() -> bool:
+    """Whether other Dask tasks wait for this worker (another Tuner's ranks, the user's own work).
+
+    Then the runner returns after its trial instead of taking the next one, so a
+    chain never holds a worker longer than a trial of its own task would.
+    """
+    try:
+        from distributed import get_worker
+
+        state = get_worker().state
+        return bool(len(state.ready) or len(state.constrained))
+    except Exception:  # noqa: BLE001 - not in a Dask worker, or its internals changed: chain as usual
+        return False
+
+
 def _wait_next(sock: socket.socket) -> RankSpec | None:
     """An idle runner: the tuner's next trial for this task, or None ("bye", the tuner gone, or no answer)."""
     try:
@@ -349,15 +364,17 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         elif spec.gpu_ids:
             _pin_gpu(spec)
         _call(trainable, spec.config)
+        chainable = chainable and not _others_wait()
         idle = _send(session, ("done", chainable)) and chainable
     except StopTrial:
+        chainable = chainable and not _others_wait()
         idle = _send(session, ("done", chainable)) and chainable
     except TrialAborted:
         outcome = "aborted"
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner
         outcome = "error"
         # a Python exception leaves the process healthy; SystemExit, KeyboardInterrupt & co. end the task
-        chainable = chainable and isinstance(exc, Exception)
+        chainable = chainable and isinstance(exc, Exception) and not _others_wait()
         idle = _send(session, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
     finally:
         heartbeat.detach(session)
