@@ -30,7 +30,7 @@ def test_fault_in_a_chained_trial_retries_that_trial_only(dask_client, storage, 
     events = read_journal(os.path.join(results.experiment_path, "journal.jsonl"))
     order = [e["trial_id"] for e in events if e["event"] == "trial_add"]
     rows = {r.trial_id: r.metrics_dataframe.to_dict("records") for r in results}
-    first, faulty, last = (rows[t] for t in order)
+    first, faulty, _ = (rows[t] for t in order)
     for r in rows.values():
         assert [row["epoch"] for row in r] == [1, 2, 3]  # each epoch exactly once
     # the faulty trial's first attempt ran chained, in the first trial's Dask task and process

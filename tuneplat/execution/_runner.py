@@ -298,7 +298,7 @@ def _fresh_copies(trainable: Callable[..., Any], deps: tuple[Any, ...]) -> Calla
         import cloudpickle
 
         blob = cloudpickle.dumps(trainable)
-    except Exception:  # noqa: BLE001 - e.g. an object only Dask's own serializers handle: reuse it as it is
+    except Exception:  # noqa: BLE001 - e.g. an object only Dask's own serializers handle: then trials do not chain
         logger.debug("tuneplat: cannot copy the trainable for chained trials", exc_info=True)
         return None
 
