@@ -88,6 +88,12 @@ class _Rank:
     ever_connected: bool = False
     pid: int | None = None
     hostname: str | None = None
+    channel: _Conn | None = None  # the connection's reader state (``conn`` is its socket)
+    offers_next: bool = False  # its runner said "done"/"error" and waits for ("next", spec) or ("bye",)
+    parked: bool = False  # an idle runner holding its slot until the loop gives it a trial or "bye"
+    chained: bool = False  # started by ("next", spec) on a runner that ran an earlier trial
+    started_ack: bool = True  # a chained rank acknowledged "next" (user code runs): False until then
+    conn_shut: bool = False  # we shut its connection down (group aborted): its runner cannot take more
 
 
 @dataclass
@@ -105,7 +111,6 @@ class _Group:
     aborted: bool = False
     ended: bool = False
     lost_before_start: bool = False
-    queued_behind: _Group | None = None  # launched ahead, behind this group's rank on the same worker
 
     started_ok: bool = False  # every rank connected once
 
@@ -156,8 +161,8 @@ class Controller:
         self.by_id: dict[str, Trial] = {t.trial_id: t for t in self.trials}
         self.queue: collections.deque[Trial] = collections.deque()
         self.groups: dict[str, _Group] = {}  # trial_id -> live group
-        self.slot_owner: dict[str, _Group] = {}  # worker address -> group whose rank runs there
-        self.slot_next: dict[str, _Group] = {}  # worker address -> group queued behind it
+        self.idle: list[_Rank] = []  # parked runners of ended single-rank trials (see _park)
+        self.task_owner: dict[str, tuple[_Group, _Rank]] = {}  # Dask task key -> the rank it runs now
         self.tokens: dict[bytes, _Group] = {}
         self.searcher_done = False
         self.searcher_blocked = False
@@ -349,6 +354,10 @@ class Controller:
             self._drain_actions()
             if not self.stopping:
                 self._launch_what_fits()
+            self._dismiss_idle()  # runners no trial was given to in this pass leave their slots
+            # (after launching: a journal fsync, ~2 ms, never delays the start of a trial that a runner waits for)
+            self._sync_files()
+            self.reporter.maybe_report(self.trials)
             if self._finished():
                 break
             timeout = self._next_timeout()
@@ -364,8 +373,6 @@ class Controller:
                     self._read(key.data)
             self._drain_wake_events()
             self._check_deadlines()
-            self._sync_files()
-            self.reporter.maybe_report(self.trials)
 
     def _finished(self) -> bool:
         if self.groups or (self.queue and not self.stopping):
@@ -390,7 +397,7 @@ class Controller:
         if self._deadline is not None and not self.stopping:
             deadlines.append(self._deadline)
         for g in self.groups.values():
-            if not g.started_ok and g.queued_behind is None and not g.connected:
+            if not g.started_ok and not g.connected:
                 deadlines.append(g.started + START_TIMEOUT_S)
             for r in g.ranks:
                 if r.conn is not None and not r.finished:
@@ -420,9 +427,6 @@ class Controller:
             self._stop_everything("time budget reached")
         self._check_stop_all()
         for g in list(self.groups.values()):
-            if g.queued_behind is not None:
-                g.started = now  # its clock starts when the rank ahead of it ends
-                continue
             if not g.started_ok and not g.connected and now - g.started > START_TIMEOUT_S:
                 missing = [r.index for r in g.ranks if r.conn is None and not r.finished]
                 for r in g.ranks:
@@ -497,12 +501,18 @@ class Controller:
                 if r.conn is None or r.finished or now - r.last_seen <= self.hang_timeout_s:
                     continue
                 silent = now - r.last_seen
-                r.finished = "dead"
-                self._fail_group(g, f"rank {r.index} on {r.assignment.address} sent nothing for {silent:.0f}s "
-                                    f"(hung or stopped, e.g. SIGSTOP; TUNEPLAT_HEARTBEAT_TIMEOUT_S="
-                                    f"{self.hang_timeout_s:g}); its worker process is restarted")
+                if r.started_ack:
+                    r.finished = "dead"
+                    self._fail_group(g, f"rank {r.index} on {r.assignment.address} sent nothing for {silent:.0f}s "
+                                        f"(hung or stopped, e.g. SIGSTOP; TUNEPLAT_HEARTBEAT_TIMEOUT_S="
+                                        f"{self.hang_timeout_s:g}); its worker process is restarted")
+                else:  # a chained rank whose runner never took it (stuck after its previous trial)
+                    r.finished = "lost"
+                    g.lost_before_start = True
+                    self._abort_group(g, "the rank's runner did not take the trial")
                 conn_sock = r.conn
                 r.conn = None
+                r.channel = None
                 try:
                     self.selector.unregister(conn_sock)
                     conn_sock.close()
@@ -590,72 +600,85 @@ class Controller:
         self.suggested += 1
         return self._new_trial(config)
 
-    def _can_launch_ahead(self) -> bool:
-        """Queue a trial behind a running one on its worker (saves the Dask round trip per trial).
-
-        Only where it changes nothing the user can observe: single-rank,
-        GPU-less trials, configs from the default generator (which does not
-        learn from results) or trials already queued for a resume.
-        """
-        return (self.world_size == 1 and self.request.get("GPU", 0) == 0 and not self.stopping
-                and (bool(self.queue) or isinstance(self.searcher, BasicVariantGenerator)))
-
     def _launch_what_fits(self) -> None:
         limit = self.tc.max_concurrent_trials
         while True:
             if not self.queue and (self.searcher_done or self.searcher_blocked):
-                self._pull_back_queued()
                 return
-            running = sum(1 for g in self.groups.values() if g.queued_behind is None)
-            ahead = len(self.groups) - running
+            if limit is not None and len(self.groups) >= limit:
+                return
+            # an idle runner first: its trial starts now, in the Dask task that is already running there
+            runner = self._take_idle()
             placement = None
-            if limit is None or running < limit:
+            if runner is None:
                 placement = self.ledger.allocate(self.request, self.world_size, self.sc.placement_strategy)
                 if placement is None and not self.groups:  # nothing running will free a slot: the cluster changed
                     self.ledger.refresh(self.cluster.slots())
                     placement = self.ledger.allocate(self.request, self.world_size, self.sc.placement_strategy)
-            if placement is None and self._can_launch_ahead() and ahead < min(limit or len(self.ledger.slots), len(self.ledger.slots)):
-                placement = self.ledger.allocate(self.request, self.world_size, self.sc.placement_strategy,
-                                                 queue_behind=True)
-            if placement is None:
-                if not self.groups and self._starved_since is None:
-                    self._starved_since = time.monotonic()
-                return
+                if placement is None:
+                    if not self.groups and self._starved_since is None:
+                        self._starved_since = time.monotonic()
+                    return
             self._starved_since = None
             trial = self.queue.popleft() if self.queue else self._suggest()
             if trial is None:
-                for a in placement:
-                    self.ledger.release(a)
+                if runner is not None:
+                    self.idle.append(runner)  # dismissed at the end of this pass unless a trial comes
+                else:
+                    for a in placement or ():
+                        self.ledger.release(a)
                 continue
-            self._start_group(trial, placement)
+            if runner is not None:
+                self._start_group(trial, [runner.assignment], runner=runner)
+            else:
+                assert placement is not None
+                self._start_group(trial, placement)
 
-    def _pull_back_queued(self) -> None:
-        """A worker is idle while a trial waits behind another one: move it to the idle worker."""
-        free = [a for a in self.ledger.slots if self.ledger.load.get(a, 0) == 0]
-        if not free:
-            return
-        for g in list(self.groups.values()):
-            if g.queued_behind is None or any(r.conn is not None for r in g.ranks):
-                continue
-            # A rank that starts anyway is refused at "hello" (its token is gone) before any user code runs.
-            for r in g.ranks:
-                if r.future is not None:
-                    r.future.cancel()
-                    r.future = None
-                r.task_done = True
-                r.finished = "done"
-                self._release(r)
-            self.tokens.pop(g.token, None)
-            self.groups.pop(g.trial.trial_id, None)
-            g.ended = True
-            g.trial.attempts -= 1
-            g.trial.status = TrialStatus.PENDING
-            self.queue.appendleft(g.trial)
-            free.pop()
-            if not free:
-                return
+    # ------------------------------------------------------------------ chained trials (idle runners)
+    def _park(self, rank: _Rank) -> None:
+        """A single-rank trial ended on a healthy runner that waits for more: keep it, and its slot, for now.
 
-    def _start_group(self, trial: Trial, placement: list[Assignment]) -> None:
+        The loop gives it the next trial in this same pass (``_launch_what_fits``)
+        or sends it "bye" (``_dismiss_idle``); the slot stays reserved meanwhile.
+        """
+        rank.released = True  # the slot passes to whatever this runner does next (see _unpark)
+        rank.parked = True
+        self.idle.append(rank)
+        if self.stopping:
+            self._dismiss_idle()
+
+    def _unpark(self, rank: _Rank, bye: bool) -> None:
+        """The runner leaves: "bye" (or nothing, its connection is gone) and its slot is free."""
+        self.idle = [r for r in self.idle if r is not rank]
+        rank.parked = False
+        if bye and rank.conn is not None:
+            try:
+                send_msg(rank.conn, ("bye",))
+            except OSError:
+                pass
+        if rank.channel is not None:
+            self._drop_conn(rank.channel)
+        rank.conn = None
+        rank.channel = None
+        self.ledger.release(rank.assignment)
+
+    def _take_idle(self) -> _Rank | None:
+        """An idle runner that can take a trial: its connection is open and its worker still placeable."""
+        while self.idle:
+            rank = self.idle.pop()
+            addr = rank.assignment.address
+            if (rank.conn is not None and rank.future is not None and addr in self.ledger.slots
+                    and addr not in self.ledger.quarantined):
+                return rank
+            self._unpark(rank, bye=True)
+        return None
+
+    def _dismiss_idle(self) -> None:
+        while self.idle:
+            self._unpark(self.idle[-1], bye=True)
+
+    def _start_group(self, trial: Trial, placement: list[Assignment], runner: _Rank | None = None) -> None:
+        """Start an attempt of ``trial``: one Dask task per rank, or on ``runner`` (an idle single-rank runner)."""
         trial.attempts += 1
         attempt = trial.attempts - 1
         clean_staging(trial.path)  # what a crashed attempt left half-staged must not leak into this one
@@ -688,15 +711,9 @@ class Controller:
                 hosts.append(a.host)
         ranks = [_Rank(i, a) for i, a in enumerate(placement)]
         group = _Group(trial, attempt, token, ranks)
-        if placement[0].queued:
-            group.queued_behind = self.slot_owner.get(placement[0].address)
-            self.slot_next[placement[0].address] = group
-        else:
-            for a in placement:
-                self.slot_owner[a.address] = group
         self.groups[trial.trial_id] = group
         self.tokens[token] = group
-        trial.status = TrialStatus.RUNNING if group.queued_behind is None else TrialStatus.PENDING
+        trial.status = TrialStatus.RUNNING
         trial.pending_decision = None
         self.journal.append({"event": "trial_start", "trial_id": trial.trial_id, "attempt": attempt,
                              "start_iteration": start_iteration, "workers": [a.address for a in placement],
@@ -719,11 +736,37 @@ class Controller:
                 storage_fs=self.storage_fs,
                 remote_trial_dir=self._remote_trial(trial) if self.remote_dir is not None else None,
             )
+            if runner is not None:
+                self._chain(runner, group, r, spec)
+                continue
             key = f"tuneplat-{trial.trial_id}-a{attempt}-r{r.index}-{token.hex()[:6]}"
             r.future = self.cluster.client.submit(run_rank, self.trainable, spec, *self._trainable_deps, key=key,
                                                   workers=[a.address],
                                                   allow_other_workers=False, pure=False, retries=0)
-            r.future.add_done_callback(lambda fut, g=group, rk=r: self._wake(("task_done", (g, rk))))
+            self.task_owner[r.future.key] = (group, r)
+            r.future.add_done_callback(lambda fut: self._wake(("task_done", fut)))
+
+    def _chain(self, runner: _Rank, group: _Group, rank: _Rank, spec: RankSpec) -> None:
+        """Run ``group``'s single rank in the Dask task of ``runner`` (an idle runner of an ended trial).
+
+        The rank takes over the runner's task, connection and slot; ("next", spec)
+        counts as "hello" + "go" of a submitted rank, and the runner acknowledges it
+        with ("started",) before user code runs (until then a lost worker is not the
+        trial's failure: see ``_lost_before_start``).
+        """
+        runner.parked = False
+        rank.future, runner.future = runner.future, None
+        rank.conn, runner.conn = runner.conn, None
+        rank.channel, runner.channel = runner.channel, None
+        rank.pid, rank.hostname = runner.pid, runner.hostname
+        rank.ever_connected = True
+        rank.chained = True
+        rank.started_ack = False
+        rank.last_seen = time.monotonic()
+        assert rank.channel is not None and rank.future is not None
+        rank.channel.group, rank.channel.rank = group, rank
+        self.task_owner[rank.future.key] = (group, rank)
+        self._send(rank, ("next", spec))
 
     # ------------------------------------------------------------------ I/O
     def _wake(self, event: tuple[str, Any]) -> None:
@@ -760,10 +803,18 @@ class Controller:
             data = b""
         if not data:
             self._drop_conn(conn)
+            if conn.rank is not None and conn.rank.parked:  # an idle runner left (its worker died, it timed out)
+                self._unpark(conn.rank, bye=False)
+                return
             if conn.rank is not None and conn.group is not None:
                 conn.rank.conn = None
+                conn.rank.channel = None
                 if conn.rank.finished is None and conn.group.aborted and conn.group.failure is None:
                     conn.rank.finished = "aborted"  # we ended it (a lost peer before start, an interrupt)
+                elif conn.rank.finished is None and not conn.rank.started_ack:
+                    # a chained rank's runner went away before it acknowledged "next": no user code ran
+                    self._lost_before_start(conn.group, conn.rank)
+                    return
                 elif conn.rank.finished is None:
                     conn.rank.finished = "dead"
                     g = conn.group
@@ -799,25 +850,19 @@ class Controller:
             pass
 
     def _on_message(self, conn: _Conn, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "ping":  # (a chained runner's last ping of its previous trial may come after "done")
+            return
         group = conn.group
         assert group is not None
-        kind = msg[0]
-        if kind == "ping":
-            return
         if kind == "hello":
             rank = group.ranks[msg[1]]
             rank.conn = conn.sock
+            rank.channel = conn
             rank.pid, rank.hostname = msg[2], msg[3]
             rank.ever_connected = True
             rank.last_seen = time.monotonic()
             conn.rank = rank
-            if group.queued_behind is not None:  # its worker is done with the previous rank: it runs now
-                addr = rank.assignment.address
-                if self.slot_next.get(addr) is group:
-                    del self.slot_next[addr]
-                group.queued_behind = None
-                rank.assignment.queued = False
-                self.slot_owner[addr] = group
             not_started = group.trial.status == TrialStatus.PENDING
             if self.stopping and not_started and not group.aborted:
                 group.aborted = True
@@ -841,13 +886,18 @@ class Controller:
             group.reports.setdefault(iteration, {})[conn.rank.index] = (result, staged)
             if len(group.reports[iteration]) == len(group.ranks):
                 self._on_step(group, iteration, group.reports.pop(iteration))
+        elif kind == "started":
+            assert conn.rank is not None
+            conn.rank.started_ack = True
         elif kind == "done":
             assert conn.rank is not None
             conn.rank.finished = "done"
+            conn.rank.offers_next = len(msg) > 1 and bool(msg[1])
             self._maybe_end_group(group)
         elif kind == "error":
             assert conn.rank is not None
             conn.rank.finished = "error"
+            conn.rank.offers_next = len(msg) > 3 and bool(msg[3])
             self._fail_group(group, f"rank {conn.rank.index}: {msg[1]}", msg[2])
             self._maybe_end_group(group)
 
@@ -858,19 +908,29 @@ class Controller:
                 self._refresh_ledger()
                 continue
             if kind == "task_done":
-                group, rank = payload
+                owner = self.task_owner.pop(payload.key, None)
+                if owner is None:
+                    continue
+                group, rank = owner
+                if rank.future is not payload:
+                    continue  # (the task was handed on; its owner's record says so)
+                if rank.parked:  # an idle runner's task ended: it takes no trial; its slot is free
+                    rank.future = None
+                    self._unpark(rank, bye=False)
+                    continue
                 rank.task_done = True
-                self._release(rank)
                 fut, rank.future = rank.future, None
+                if rank.finished is None and not rank.started_ack:
+                    # a chained rank whose task ended before it acknowledged "next": no user code ran
+                    self._lost_before_start(group, rank)
+                    continue
+                self._release(rank)
                 if fut is not None and fut.status == "error" and rank.finished is None:
                     exc = fut.exception()
                     if rank.conn is None and not rank.ever_connected and type(exc).__name__ == "KilledWorker":
-                        # Its worker died before this rank ran any user code (e.g. it was queued behind
-                        # a trial that killed the worker): not the trial's failure; place it again.
-                        rank.finished = "lost"
-                        group.lost_before_start = True
-                        self._abort_group(group, "a rank's worker was lost before the trial started")
-                        self._maybe_end_group(group)
+                        # Its worker died before this rank ran any user code: not the trial's failure; place
+                        # it again.
+                        self._lost_before_start(group, rank)
                         continue
                     rank.finished = "error"
                     tb = "".join(__import__("traceback").format_exception(exc)) if exc else None
@@ -879,25 +939,24 @@ class Controller:
                     rank.finished = "dead" if fut is not None and fut.status == "cancelled" else "done"
                 self._maybe_end_group(group)
 
+    def _lost_before_start(self, group: _Group, rank: _Rank) -> None:
+        """``rank``'s worker or runner went away before any of its user code ran: the trial is placed again
+        (not a failure of the trial; see ``_maybe_end_group``)."""
+        rank.finished = "lost"
+        group.lost_before_start = True
+        if rank.channel is not None:
+            self._drop_conn(rank.channel)
+        rank.conn = None
+        rank.channel = None
+        self._forget_rank(rank)
+        self._abort_group(group, "a rank's worker was lost before the trial started")
+        self._maybe_end_group(group)
+
     def _release(self, rank: _Rank) -> None:
         if rank.released:
             return
         rank.released = True
         self.ledger.release(rank.assignment)
-        addr = rank.assignment.address
-        if rank.assignment.queued:
-            if self.slot_next.get(addr) is not None and self.slot_next[addr].ranks[0] is rank:
-                del self.slot_next[addr]
-            return
-        nxt = self.slot_next.pop(addr, None)
-        if nxt is not None:  # the rank queued behind this one starts now
-            nxt.queued_behind = None
-            nxt.ranks[0].assignment.queued = False
-            self.slot_owner[addr] = nxt
-            if nxt.trial.status == TrialStatus.PENDING:
-                nxt.trial.status = TrialStatus.RUNNING
-        elif self.slot_owner.get(addr) is not None and rank in self.slot_owner[addr].ranks:
-            del self.slot_owner[addr]
 
     def _forget_rank(self, rank: _Rank) -> None:
         """A rank whose process died: its task will never report done; free its slot now."""
@@ -1076,6 +1135,7 @@ class Controller:
         for r in group.ranks:
             if r.finished is None and r.conn is not None:
                 self._send(r, ("abort", reason))
+                r.conn_shut = True
                 try:
                     r.conn.shutdown(socket.SHUT_RDWR)  # a rank blocked in recv() wakes up at once
                 except OSError:
@@ -1087,14 +1147,19 @@ class Controller:
         # Ranks that said "done"/"error" are leaving run_rank: their worker can take the
         # next rank now (Dask queues it behind the finishing task), which saves the
         # worker -> scheduler -> client round trip per trial.
+        parked = False
         for r in group.ranks:
-            if r.finished in ("done", "error", "aborted"):
+            if (r.offers_next and not r.conn_shut and r.conn is not None and r.channel is not None
+                    and r.future is not None and len(group.ranks) == 1):
+                self._park(r)  # its runner waits for the next trial (Ray's reuse_actors): see _launch_what_fits
+                parked = True
+            elif r.finished in ("done", "error", "aborted"):
                 self._release(r)
         group.ended = True
         trial = group.trial
         self.groups.pop(trial.trial_id, None)
-        if time.monotonic() - self._last_refresh > 1.0:  # workers may have left: look before placing more
-            self._refresh_ledger()
+        if not parked and time.monotonic() - self._last_refresh > 1.0:
+            self._refresh_ledger()  # workers may have left: look before placing more (a parked runner's is there)
         self.tokens.pop(group.token, None)
         self.searcher_blocked = False
         f = self._result_files.pop(trial.trial_id, None)
@@ -1164,6 +1229,7 @@ class Controller:
     def _teardown_all(self, reason: str) -> None:
         """End every running group (Ctrl-C, SIGTERM, fail_fast) and wait for their tasks."""
         self.stopping = True
+        self._dismiss_idle()
         for g in list(self.groups.values()):
             self._abort_group(g, reason)
             for r in g.ranks:
@@ -1188,6 +1254,7 @@ class Controller:
         for g in list(self.groups.values()):
             g.trial.status = TrialStatus.PENDING
             self.groups.pop(g.trial.trial_id, None)
+        self._dismiss_idle()
 
     # ------------------------------------------------------------------ scheduler actions
     def _drain_actions(self) -> None:

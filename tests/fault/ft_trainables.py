@@ -98,3 +98,20 @@ def fail_or_steady(config):
     if config["fail"]:
         raise RuntimeError("fail_fast test failure")
     steady({"epochs": 2})
+
+
+def _task_key() -> str:
+    from distributed.worker import thread_state
+
+    return str(thread_state.key)
+
+
+def chained_kill_or_hang(config):
+    """For the chained-trial chaos tests: checkpointed epochs; on attempt 0, ``mode`` "kill" SIGKILLs the worker and
+    "hang" SIGSTOPs it at epoch 2; every report says which Dask task and process ran it."""
+    start = _load_epoch()
+    ctx = train.get_context()
+    for epoch in range(start + 1, config["epochs"] + 1):
+        if ctx.get_attempt() == 0 and epoch == 2 and config["mode"] != "steady":
+            os.kill(os.getpid(), signal.SIGKILL if config["mode"] == "kill" else signal.SIGSTOP)
+        _report_epoch(epoch, {"task": _task_key(), "worker_pid": os.getpid(), "attempt": ctx.get_attempt()})

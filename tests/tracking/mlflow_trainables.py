@@ -35,7 +35,9 @@ def many_reports(config):
 
 
 def slow_reports(config):
-    """Hangs at step 10 on its first attempt (so a test can kill the tuner mid-sweep); runs through after."""
+    """Hangs at step 10 until the experiment folder holds a file named ``restoring`` (so a test can kill the tuner
+    mid-sweep, then restore it); runs through after. (Not ``get_attempt() == 0``: a trial that never started
+    before the crash runs its attempt 0 after the restore.)"""
     import time
 
     start = 0
@@ -44,7 +46,8 @@ def slow_reports(config):
         with ckpt.as_directory() as d:
             start = json.load(open(os.path.join(d, "state.json")))["step"]
     for step in range(start + 1, config.get("steps", 30) + 1):
-        if step == 10 and train.get_context().get_attempt() == 0:
+        restoring = os.path.join(os.path.dirname(train.get_context().get_trial_dir()), "restoring")
+        if step == 10 and not os.path.exists(restoring):
             time.sleep(600)  # the first run hangs here until the test kills the tuner
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "state.json"), "w") as f:

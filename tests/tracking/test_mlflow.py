@@ -221,6 +221,7 @@ def test_sigkilled_tuner_restore_reconciles_running_runs(dask_client, storage, m
     assert parent[0].info.status == "RUNNING" and any(r.info.status == "RUNNING" for r in children)
     before = {d["key"]: d["run_id"] for d in map(json.loads, created) if d["key"] != "__parent__"}
 
+    open(os.path.join(storage, "crashy", "restoring"), "w").close()  # the trials run through from now on
     results = tune.Tuner.restore(os.path.join(storage, "crashy"), T.slow_reports, client=dask_client).fit()
     assert results.num_terminated == 4
     c, parent2, children2 = _runs(uri, "crashy")

@@ -190,7 +190,6 @@ class Assignment:
     gpu_pool: str | None = None
     gpu_ids: list[int] = field(default_factory=list)
     gpu_amount: float = 0.0
-    queued: bool = False  # placed behind the rank that holds the worker now
 
 
 class Ledger:
@@ -198,7 +197,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self.slots: dict[str, Slot] = {}
-        self.load: dict[str, int] = {}  # ranks placed on a worker: 1 running, 2 running + 1 queued
+        self.load: dict[str, int] = {}  # ranks placed on a worker (0 or 1)
         self.quarantined: set[str] = set()  # hung workers being replaced: never placed on again
         self.pools: dict[str, list[float]] = {}
         self._pool_size: dict[str, list[float]] = {}
@@ -292,28 +291,13 @@ class Ledger:
         """Place nothing more on this worker (it is hung and being replaced)."""
         self.quarantined.add(address)
 
-    def allocate(self, request: Mapping[str, float], n: int, strategy: str = "PACK",
-                 queue_behind: bool = False) -> list[Assignment] | None:
-        """Reserve ``n`` slots (all or none); None when they don't fit right now.
-
-        With ``queue_behind`` (single-rank, GPU-less trials only), a worker that
-        runs one rank may take one more, queued behind it in Dask: it starts the
-        moment the first one ends, without a scheduler round trip.
-        """
+    def allocate(self, request: Mapping[str, float], n: int, strategy: str = "PACK") -> list[Assignment] | None:
+        """Reserve ``n`` slots (all or none); None when they don't fit right now."""
         pools = {k: list(v) for k, v in self.pools.items()}
-        if queue_behind:
-            if n != 1 or request.get("GPU", 0) > 0:
-                return None
-            full = {a for a, k in self.load.items() if k != 1} | self.quarantined | (set(self.slots) - set(self.load))
-            got = self._allocate(request, n, strategy, full, pools)
-            if got is None:
-                return None
-            got[0].queued = True
-        else:
-            got = self._allocate(request, n, strategy, self.busy, pools)
-            if got is None:
-                return None
-            self.pools = pools
+        got = self._allocate(request, n, strategy, self.busy, pools)
+        if got is None:
+            return None
+        self.pools = pools
         for a in got:
             self.load[a.address] = self.load.get(a.address, 0) + 1
         return got

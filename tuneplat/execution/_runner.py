@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from ..train._session import RankSpec, Session, StopTrial, TrialAborted, _set_session
+from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, _set_session
 from ._wire import recv_msg, send_msg, send_token
 
 __all__ = ["run_rank"]
@@ -229,12 +229,24 @@ def _release_gpu_memory() -> None:
         pass
 
 
+#: how long an idle runner waits for the tuner's next trial before it returns (a safety net: the tuner answers
+#: "next" or "bye" in the same pass of its loop that handled "done")
+IDLE_WAIT_S = float(os.environ.get("TUNEPLAT_RUNNER_IDLE_S", "60"))
+
+
 def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     """Run ``trainable(config)`` as rank ``spec.rank``; outcome goes to the tuner over TCP.
 
     ``deps`` are the trainable's objects already on the cluster (``tune.with_parameters``),
     passed as Dask futures so that Dask fetches them to this worker.
+
+    A single-rank trial that ends healthily (it returned, was stopped, or raised an
+    ``Exception``) offers this task to the tuner for the next trial of the same
+    experiment (Ray's ``reuse_actors``): the runner waits on the same connection for
+    ``("next", RankSpec)``, which it runs at once, or ``("bye",)``, and returns.
+    Multi-rank trials never chain: torch's process-wide state stays one trial's.
     """
+    copy = _fresh_copies(trainable, deps) if spec.world_size == 1 else None
     if deps:
         trainable = trainable._tuneplat_resolve(*deps)  # type: ignore[attr-defined]
     sock = socket.create_connection(spec.tuner_addr, timeout=60)
@@ -249,17 +261,102 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     if go[0] != "go":
         sock.close()
         return "not started"
+    heartbeat = Heartbeat(sock)
+    try:
+        outcome, idle = _run_trial(trainable, spec, sock, heartbeat, may_chain=copy is not None)
+        while idle:
+            nxt = _wait_next(sock)
+            if nxt is None:
+                break
+            spec = nxt
+            try:
+                with heartbeat.send_lock:
+                    send_msg(sock, ("started",))  # the tuner learns that user code runs (not lost before start)
+            except OSError:
+                break
+            assert copy is not None
+            outcome, idle = _run_trial(copy(), spec, sock, heartbeat, may_chain=True)
+    finally:
+        heartbeat.close()
+        try:
+            sock.close()
+        except OSError:
+            pass
+    return outcome
+
+
+def _fresh_copies(trainable: Callable[..., Any], deps: tuple[Any, ...]) -> Callable[[], Callable[..., Any]] | None:
+    """A maker of fresh copies of ``trainable`` as Dask delivered it, for the trials chained after the first.
+
+    Each Dask task deserializes its own copy of the trainable, so state that a trial
+    leaves in a trainable pickled by value (a function defined in a notebook or
+    ``__main__``, with the globals it uses) never reached the next trial; chained
+    trials keep that. Functions pickled by reference (importable modules) come back as
+    the same object, as they would in a new task. None if it cannot be pickled here.
+    """
+    try:
+        import cloudpickle
+
+        blob = cloudpickle.dumps(trainable)
+    except Exception:  # noqa: BLE001 - e.g. an object only Dask's own serializers handle: then trials do not chain
+        logger.debug("tuneplat: cannot copy the trainable for chained trials", exc_info=True)
+        return None
+
+    def copy() -> Callable[..., Any]:
+        fresh = cloudpickle.loads(blob)
+        return fresh._tuneplat_resolve(*deps) if deps else fresh
+
+    return copy
+
+
+def _others_wait() -> bool:
+    """Whether other Dask tasks wait for this worker (another Tuner's ranks, the user's own work).
+
+    Then the runner returns after its trial instead of taking the next one, so a
+    chain never holds a worker longer than a trial of its own task would.
+    """
+    try:
+        from distributed import get_worker
+
+        state = get_worker().state
+        return bool(len(state.ready) or len(state.constrained))
+    except Exception:  # noqa: BLE001 - not in a Dask worker, or its internals changed: chain as usual
+        return False
+
+
+def _wait_next(sock: socket.socket) -> RankSpec | None:
+    """An idle runner: the tuner's next trial for this task, or None ("bye", the tuner gone, or no answer)."""
+    try:
+        sock.settimeout(IDLE_WAIT_S)
+        msg = recv_msg(sock)
+        sock.settimeout(None)
+    except (ConnectionError, OSError):  # socket.timeout is an OSError
+        return None
+    if msg[0] != "next":
+        return None
+    return msg[1]
+
+
+def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socket,
+               heartbeat: Heartbeat, may_chain: bool) -> tuple[str, bool]:
+    """One trial on this rank: user code between "go" (or "next") and "done"/"error".
+
+    Returns the outcome and whether this runner now waits for the tuner's next trial
+    (it told the tuner so in its "done"/"error" message).
+    """
     saved_env = {k: os.environ.get(k) for k in _ENV_KEYS}
     os.environ.update(
         RANK=str(spec.rank), WORLD_SIZE=str(spec.world_size), LOCAL_RANK=str(spec.local_rank),
         LOCAL_WORLD_SIZE=str(spec.local_world_size), NODE_RANK=str(spec.node_rank),
     )
-    session = Session(spec, sock)
+    session = Session(spec, sock, heartbeat.send_lock)
     _set_session(session)
-    session.start_heartbeat()
+    heartbeat.attach(session)
     store = None
     group_sockets: dict[int, str] = {}
     outcome = "done"
+    chainable = may_chain and spec.world_size == 1
+    idle = False
     backend, pg_timeout_s = _torch_settings(trainable, spec)
     try:
         if spec.world_size > 1:
@@ -267,16 +364,20 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
         elif spec.gpu_ids:
             _pin_gpu(spec)
         _call(trainable, spec.config)
-        _send(session, ("done",))
+        chainable = chainable and not _others_wait()
+        idle = _send(session, ("done", chainable)) and chainable
     except StopTrial:
-        _send(session, ("done",))
+        chainable = chainable and not _others_wait()
+        idle = _send(session, ("done", chainable)) and chainable
     except TrialAborted:
         outcome = "aborted"
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner
         outcome = "error"
-        _send(session, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        # a Python exception leaves the process healthy; SystemExit, KeyboardInterrupt & co. end the task
+        chainable = chainable and isinstance(exc, Exception) and not _others_wait()
+        idle = _send(session, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
     finally:
-        session.finished.set()
+        heartbeat.detach(session)
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)
             store = None
@@ -288,15 +389,12 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        try:
-            sock.close()
-        except OSError:
-            pass
-    return outcome
+    return outcome, idle
 
 
-def _send(session: Session, msg: Any) -> None:
+def _send(session: Session, msg: Any) -> bool:
     try:
         session.send(msg)
     except OSError:
-        pass
+        return False
+    return True

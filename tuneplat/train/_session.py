@@ -116,7 +116,7 @@ def _plain(value: Any) -> Any:
 class Session:
     """One rank's connection to the tuner."""
 
-    def __init__(self, spec: RankSpec, sock: socket.socket) -> None:
+    def __init__(self, spec: RankSpec, sock: socket.socket, send_lock: threading.Lock | None = None) -> None:
         self.spec = spec
         self.sock = sock
         self.iteration = spec.start_iteration
@@ -131,35 +131,12 @@ class Session:
             fs = spec.storage_fs if is_remote(spec.checkpoint_path) else None
             self.checkpoint = Checkpoint(spec.checkpoint_path, fs)
         self.stopped = False
-        self.send_lock = threading.Lock()
+        self.send_lock = send_lock or threading.Lock()  # shared by every sender on this connection
         self.finished = threading.Event()
 
     def send(self, msg: Any) -> None:
         with self.send_lock:
             send_msg(self.sock, msg)
-
-    def start_heartbeat(self) -> threading.Thread:
-        """Ping the tuner while the rank runs; if the tuner drops the rank, end the process after a grace period.
-
-        A rank that is stopped (SIGSTOP) or wedged stops pinging, which is how
-        the tuner detects a hang. A rank whose group was aborted but whose user
-        code does not unwind (stuck outside ``report()``) is ended with
-        ``os._exit`` once ``abort_grace_s`` has passed; the Dask nanny starts a
-        fresh worker process in its place.
-        """
-
-        def beat() -> None:
-            while not self.finished.wait(self.spec.heartbeat_s):
-                try:
-                    self.send(("ping",))
-                except OSError:
-                    if not self.finished.wait(self.spec.abort_grace_s):
-                        os._exit(70)
-                    return
-
-        t = threading.Thread(target=beat, name=f"tuneplat-heartbeat-{self.spec.trial_id}-r{self.spec.rank}", daemon=True)
-        t.start()
-        return t
 
     def _stage(self, folder: str) -> None:
         name = checkpoint_name(self.iteration)
@@ -214,6 +191,75 @@ class Session:
         if kind == "abort":
             raise TrialAborted(reply[1])
         raise RuntimeError(f"unexpected message from the tuner: {reply!r}")
+
+
+class Heartbeat:
+    """Pings the tuner while a trial runs on a connection: one thread per connection (per Dask task).
+
+    A rank that is stopped (SIGSTOP) or wedged stops pinging, which is how the
+    tuner detects a hang. A rank whose group was aborted but whose user code
+    does not unwind (stuck outside ``report()``) is ended with ``os._exit`` once
+    ``abort_grace_s`` has passed; the Dask nanny starts a fresh worker process in
+    its place. A runner that runs several single-rank trials in sequence (chained
+    trials) keeps the one thread: each trial is :meth:`attach`-ed and
+    :meth:`detach`-ed, and no ping is sent between trials. Pings share the
+    sessions' send lock, so a ping never interleaves with another frame.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._session: Session | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._waiting = False  # the thread waits for a trial to be attached (none runs)
+
+    def attach(self, session: Session) -> None:
+        with self._cond:
+            self._session = session
+            if self._waiting:  # (otherwise it notices the new trial at the end of its current wait: no wake-up)
+                self._cond.notify()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name=f"tuneplat-heartbeat-{session.spec.trial_id}-r{session.spec.rank}")
+            self._thread.start()
+
+    def detach(self, session: Session) -> None:
+        session.finished.set()
+        with self._cond:
+            if self._session is session:
+                self._session = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._session = None
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._session is None and not self._closed:
+                    self._waiting = True
+                    self._cond.wait()
+                    self._waiting = False
+                if self._closed:
+                    return
+                session = self._session
+                assert session is not None
+                # a trial chained after this one is noticed when this wait ends: its first ping comes within
+                # two intervals of its start, well inside the tuner's limit of ten
+                self._cond.wait(session.spec.heartbeat_s)
+                if self._closed:
+                    return
+                if self._session is not session or session.finished.is_set():
+                    continue
+            try:
+                session.send(("ping",))
+            except OSError:
+                if not session.finished.wait(session.spec.abort_grace_s):
+                    os._exit(70)
 
 
 _local = threading.local()
