@@ -177,6 +177,8 @@ class Controller:
         self._ready_actions: list[Resume | Launch | Stop] = []
         self._result_files: dict[str, Any] = {}
         self._stop_fn = self._make_stopper(run_config.stop)
+        # stop-dict keys every result must carry (Ray raises on a missing one); an absent "done" is False
+        self._stop_keys = [k for k in run_config.stop if k != "done"] if isinstance(run_config.stop, Mapping) else []
         stop_all = getattr(run_config.stop, "stop_all", None) if not isinstance(run_config.stop, Mapping) else None
         self._stop_all_fn: Callable[[], bool] | None = stop_all if callable(stop_all) else None
         self._deadline: float | None = None  # set once the cluster is up: the budget is for trials
@@ -1062,8 +1064,8 @@ class Controller:
 
     def _check_metric(self, trial: Trial, result: Mapping[str, Any]) -> str | None:
         metrics = self.metric if isinstance(self.metric, list) else ([self.metric] if self.metric else [])
-        if isinstance(self.rc.stop, Mapping):
-            missing = [k for k in self.rc.stop if k not in result and k != "done"]  # an absent done is False
+        if self._stop_keys:
+            missing = [k for k in self._stop_keys if k not in result]
             if missing:  # Ray raises too: a misspelt stop key would otherwise never stop anything
                 user_keys = sorted(k for k in result if k not in _AUTO_KEYS)
                 return (f"RunConfig(stop=...) names {missing}, which trial {trial.trial_id} did not report (it "
@@ -1090,7 +1092,8 @@ class Controller:
         trial = group.trial
         if group.stop_requested is not None:
             return group.stop_requested, trial.stop_reason or "stop requested"
-        if result.get("done") is True:  # Ray: a result that says done ends the trial
+        done = result.get("done")
+        if isinstance(done, (bool, int)) and done:  # Ray: a result that says done ends the trial (classes too)
             return Decision.STOP, "the trial reported done=True"
         if self._stop_fn is not None and self._stop_fn(trial.trial_id, result):
             self._check_stop_all()

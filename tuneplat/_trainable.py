@@ -8,8 +8,7 @@ trial's latest checkpoint (a retry, a restore, a PBT exploit, a HyperBand
 resume), then loops ``train()`` → ``tune.report(result, checkpoint=...)`` until
 the tuner stops or pauses the trial (``report`` raises and the loop unwinds;
 ``cleanup`` runs either way). A result with ``done=True`` is such a stop: the
-Tuner's ``RunConfig.stop`` is wrapped in :class:`StopOnDone`, checked before
-the scheduler, as Ray checks ``done``.
+tuner checks ``done`` before it asks the scheduler, as Ray does.
 
 When a checkpoint is taken follows Ray Tune: every ``checkpoint_frequency``
 iterations, on a result with ``should_checkpoint=True``, and at the end with
@@ -35,7 +34,7 @@ from typing import Any
 
 from ._checkpoint import Checkpoint
 
-__all__ = ["StopOnDone", "Trainable", "TrainableFunction", "for_run"]
+__all__ = ["Trainable", "TrainableFunction", "for_run"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -366,49 +365,17 @@ def _may_pause(scheduler: Any) -> bool:
     return not (pruner is not None and isinstance(scheduler, pruner))
 
 
-class StopOnDone:
-    """``RunConfig.stop`` for a class trainable: the user's criteria, then Ray's ``done=True`` ends the trial.
-
-    The tuner checks stop criteria before it asks the scheduler, so a result
-    that says ``done`` ends the trial even where the scheduler would have
-    paused it (as in Ray, where ``done`` is a stop, not a scheduler decision).
-    """
-
-    def __init__(self, inner: Any = None) -> None:
-        self.inner = inner
-
-    def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
-        inner = self.inner
-        stop = False
-        if isinstance(inner, Mapping):
-            for key, threshold in inner.items():
-                value = result.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= threshold:
-                    stop = True
-        elif inner is not None:
-            stop = bool(inner(trial_id, result))  # a stateful Stopper sees every result, as in Ray
-        return stop or bool(result.get("done"))
-
-    def stop_all(self) -> bool:
-        stop_all = None if isinstance(self.inner, Mapping) else getattr(self.inner, "stop_all", None)
-        return bool(stop_all()) if callable(stop_all) else False
-
-
-def for_run(fn: Any, tune_config: Any, run_config: Any) -> tuple[Any, Any]:
+def for_run(fn: Any, tune_config: Any, run_config: Any) -> Any:
     """For a :class:`TrainableFunction` (bare or inside ``with_parameters``): the experiment's checkpoint policy.
 
-    Returns ``(fn, run_config)``: the trainable with its checkpoint policy and
-    the run config whose ``stop`` also ends a trial on ``done=True``. Any other
-    trainable and its run config are returned unchanged.
+    Returns the trainable with its checkpoint policy; any other trainable unchanged.
     """
-    import dataclasses
-
     from ._wrappers import ParameterizedTrainable
 
     inner = fn._fn if isinstance(fn, ParameterizedTrainable) else fn
     if not isinstance(inner, TrainableFunction):
-        return fn, run_config
-    user_stop = run_config.stop.inner if isinstance(run_config.stop, StopOnDone) else run_config.stop
+        return fn
+    user_stop = run_config.stop
     cc = run_config.checkpoint_config
     stop_at: dict[str, float] = {}
     if isinstance(user_stop, Mapping):
@@ -421,5 +388,4 @@ def for_run(fn: Any, tune_config: Any, run_config: Any) -> tuple[Any, Any]:
         inner.cls, checkpoint_frequency=int(cc.checkpoint_frequency or 0),
         checkpoint_at_end=bool(cc.checkpoint_at_end), checkpoint_every_step=_may_pause(scheduler), stop_at=stop_at,
     )
-    fn = fn._copy(_fn=configured) if isinstance(fn, ParameterizedTrainable) else configured
-    return fn, dataclasses.replace(run_config, stop=StopOnDone(user_stop))
+    return fn._copy(_fn=configured) if isinstance(fn, ParameterizedTrainable) else configured

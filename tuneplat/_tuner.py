@@ -115,7 +115,7 @@ class Tuner:
             raise TypeError(f"run_config must be a tuneplat.RunConfig, got {type(self.run_config).__name__}")
         validate_space(self.param_space)
         adapt_callbacks(self.run_config.callbacks)  # refuse a wrong callback now, not at fit()
-        fn, self.run_config = for_run(fn, self.tune_config, self.run_config)  # a Trainable class: checkpoints, done
+        fn = for_run(fn, self.tune_config, self.run_config)  # a Trainable class: its checkpoint policy
         _check_picklable(fn)
         self.trainable = fn
         self.trainable_name = _trainable_name(getattr(trainable, "train_loop_per_worker", trainable))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import port_returning_trainables as R
-import pytest
 
 import tuneplat as tune
 from tuneplat.train import Result, RunConfig  # from ray.train import Result, RunConfig
@@ -16,7 +15,6 @@ def test_train_result_is_the_tuner_result(dask_client, storage):
 
 
 def test_enable_reproducibility_seeds_every_trial_alike(dask_client, storage):
-    pytest.importorskip("torch")
     results = tune.Tuner(R.reproducible, param_space={"seed": 7, "x": tune.grid_search([1, 2])},
                          run_config=RunConfig(storage_path=storage, verbose=0, mlflow=False), client=dask_client).fit()
     draws = {r.metrics["draw"] for r in results}
