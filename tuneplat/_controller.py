@@ -1147,9 +1147,8 @@ class Controller:
     def _maybe_end_group(self, group: _Group) -> None:
         if group.ended or not all(r.finished for r in group.ranks):
             return
-        # Ranks that said "done"/"error" are leaving run_rank: their worker can take the
-        # next rank now (Dask queues it behind the finishing task), which saves the
-        # worker -> scheduler -> client round trip per trial.
+        # A single-rank runner that offers to take more is parked (the loop hands it the next trial or
+        # "bye"); other ranks that said "done"/"error" are leaving run_rank: their slots are free now.
         parked = False
         for r in group.ranks:
             if (r.offers_next and not r.conn_shut and r.conn is not None and r.channel is not None
