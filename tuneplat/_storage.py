@@ -23,7 +23,7 @@ import secrets
 import shutil
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
@@ -479,16 +479,20 @@ def remote_copy_checkpoint(fs: Any, src_url: str, trial_url: str, name: str) -> 
     return remote_commit_checkpoint(fs, trial_url, name)
 
 
-def remote_download(fs: Any, url: str, dest: str, *, skip: tuple[str, ...] = ()) -> str:
-    """Copy the files under remote folder ``url`` into local folder ``dest`` (the manifest left out)."""
+def remote_download(fs: Any, url: str, dest: str, *,
+                    keep: Callable[[list[str]], bool] | None = None) -> str:
+    """Copy the files under remote folder ``url`` into local folder ``dest`` (the manifest left out).
+
+    ``keep`` gets each file's path parts below ``url`` and says whether to copy it.
+    """
     root = _strip(fs, url)
     _refresh(fs, root)
     os.makedirs(dest, exist_ok=True)
     for path in fs.find(root):
-        rel = _rel(root, path)
-        if rel == MANIFEST or rel.split("/", 1)[0].startswith(skip):
+        parts = _rel(root, path).split("/")
+        if parts == [MANIFEST] or (keep is not None and not keep(parts)):
             continue
-        target = os.path.join(dest, *rel.split("/"))
+        target = os.path.join(dest, *parts)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         fs.get_file(path, target)
     return dest
@@ -566,13 +570,5 @@ class ExperimentSync:
 
 def fetch_experiment(fs: Any, remote_dir: str, local_dir: str) -> None:
     """Download an experiment's files (not its checkpoints) from remote storage into ``local_dir``."""
-    root = _strip(fs, remote_dir)
-    _refresh(fs, root)
-    for path in fs.find(root):
-        rel = _rel(root, path)
-        parts = rel.split("/")
-        if any(p.startswith((PREFIX, STAGING, TRASH)) for p in parts[:-1]):
-            continue
-        target = os.path.join(local_dir, *parts)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        fs.get_file(path, target)
+    remote_download(fs, remote_dir, local_dir,
+                    keep=lambda parts: not any(p.startswith((PREFIX, STAGING, TRASH)) for p in parts[:-1]))
