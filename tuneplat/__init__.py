@@ -13,7 +13,7 @@ from ._user_callbacks import Callback
 from ._checkpoint import Checkpoint
 from ._compat import CLIReporter, JupyterNotebookReporter, SyncConfig
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
-from ._controller import TuneError
+from .core import TuneError
 from ._journal import read_journal
 from ._result import Result, ResultGrid, TrialError
 from ._run import ExperimentAnalysis, run

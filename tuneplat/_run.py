@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TuneConfig
-from ._controller import TuneError
+from .core import TuneError
 from ._result import Result, ResultGrid
 
 if TYPE_CHECKING:

@@ -29,6 +29,9 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 __all__ = [
+    "CheckpointStore",
+    "FsspecCheckpointStore",
+    "LocalCheckpointStore",
     "checkpoint_name",
     "clean_staging",
     "commit_checkpoint",
@@ -572,3 +575,70 @@ def fetch_experiment(fs: Any, remote_dir: str, local_dir: str) -> None:
     """Download an experiment's files (not its checkpoints) from remote storage into ``local_dir``."""
     remote_download(fs, remote_dir, local_dir,
                     keep=lambda parts: not any(p.startswith((PREFIX, STAGING, TRASH)) for p in parts[:-1]))
+
+
+class CheckpointStore:
+    """Where a trial's checkpoints are committed, deleted and copied: one interface for every storage.
+
+    :class:`LocalCheckpointStore` (a local or shared folder: one ``rename`` commits)
+    and :class:`FsspecCheckpointStore` (any fsspec filesystem: the manifest
+    commits). Trials are addressed by their local folder; the store maps it to
+    where the checkpoints really live.
+    """
+
+    filesystem: Any = None
+
+    def trial_url(self, trial_path: str) -> str | None:
+        """The trial's folder on remote storage (None: checkpoints live in ``trial_path``)."""
+        return None
+
+    def clean_staging(self, trial_path: str) -> None:
+        raise NotImplementedError
+
+    def commit(self, trial_path: str, name: str) -> str | None:
+        """Publish what the ranks staged as checkpoint ``name``; its path or URL, or None if nothing was staged."""
+        raise NotImplementedError
+
+    def delete(self, checkpoint_path: str) -> None:
+        raise NotImplementedError
+
+    def copy(self, src_checkpoint: str, trial_path: str, name: str) -> str | None:
+        """Copy a committed checkpoint into ``trial_path`` as ``name`` (PBT's clone), committed the same way."""
+        raise NotImplementedError
+
+
+class LocalCheckpointStore(CheckpointStore):
+    def clean_staging(self, trial_path: str) -> None:
+        clean_staging(trial_path)
+
+    def commit(self, trial_path: str, name: str) -> str | None:
+        return commit_checkpoint(trial_path, name)
+
+    def delete(self, checkpoint_path: str) -> None:
+        shutil.rmtree(checkpoint_path, ignore_errors=True)
+
+    def copy(self, src_checkpoint: str, trial_path: str, name: str) -> str | None:
+        stage_checkpoint(src_checkpoint, trial_path, name)
+        return commit_checkpoint(trial_path, name)
+
+
+class FsspecCheckpointStore(CheckpointStore):
+    def __init__(self, fs: Any, remote_dir: str) -> None:
+        self.filesystem = fs
+        self.remote_dir = remote_dir
+
+    def trial_url(self, trial_path: str) -> str:
+        return rjoin(self.remote_dir, os.path.basename(trial_path))
+
+    def clean_staging(self, trial_path: str) -> None:
+        clean_staging(trial_path)
+        remote_clean_staging(self.filesystem, self.trial_url(trial_path))
+
+    def commit(self, trial_path: str, name: str) -> str | None:
+        return remote_commit_checkpoint(self.filesystem, self.trial_url(trial_path), name)
+
+    def delete(self, checkpoint_path: str) -> None:
+        remote_delete_checkpoint(self.filesystem, checkpoint_path)
+
+    def copy(self, src_checkpoint: str, trial_path: str, name: str) -> str | None:
+        return remote_copy_checkpoint(self.filesystem, src_checkpoint, self.trial_url(trial_path), name)

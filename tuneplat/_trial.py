@@ -63,6 +63,10 @@ class Trial:
     time_total_s: float = 0.0
     stopped_by_scheduler: bool = False
     trainable_name: str = ""
+    #: set by PBT's clone: the next attempt goes on from this training_iteration (the source checkpoint's)
+    restart_iteration: int | None = None
+    #: the trial failed in a way a retry cannot fix (a misspelt metric): no retries
+    no_retry: bool = False
 
     def __str__(self) -> str:
         return self.name

@@ -10,11 +10,16 @@ from typing import Any
 
 from ._config import RunConfig, ScalingConfig, TuneConfig
 from ._function import report_returns
+from ._restore import save_tuner_state
 from ._result import Result, ResultGrid, TrialError
+from ._storage import CheckpointStore, ExperimentSync, FsspecCheckpointStore, LocalCheckpointStore
 from ._trainable import Trainable, TrainableFunction, for_run
 from ._trial import Trial, TrialStatus
 from ._user_callbacks import adapt_callbacks
 from ._wrappers import resources_of
+from .core import ExperimentLock, TuneError, TuneLoop
+from .execution._dask_executor import DaskTrialExecutor
+from .execution._executor import TrialExecutor
 from .search._space import validate_space
 
 __all__ = ["Tuner"]
@@ -59,6 +64,9 @@ class Tuner:
         scaling_config: ranks per trial and their resources (default: 1 rank, 1 CPU).
         client: a ``distributed.Client`` to run on (default: the active client,
             else ``run_config.address``, else an embedded LocalCluster).
+        executor: what runs the trials (default: a Dask executor on ``client``);
+            :class:`tuneplat.testing.VirtualTimeExecutor` replays learning
+            curves in simulated time, without Dask.
 
     Example:
         >>> import tuneplat as tune
@@ -74,7 +82,7 @@ class Tuner:
     def __init__(self, trainable: Callable[..., Any] | Any = None, *, param_space: Mapping[str, Any] | None = None,
                  tune_config: TuneConfig | None = None, run_config: RunConfig | None = None,
                  scaling_config: ScalingConfig | None = None, client: Any = None,
-                 _resume: tuple[Any, ...] | None = None) -> None:
+                 executor: TrialExecutor | None = None, _resume: tuple[Any, ...] | None = None) -> None:
         from .train._trainer import TorchTrainer, _with_loop_config
 
         if trainable is None:
@@ -120,6 +128,8 @@ class Tuner:
         self.trainable = fn
         self.trainable_name = _trainable_name(getattr(trainable, "train_loop_per_worker", trainable))
         self.client = client
+        self._executor = executor
+        self._raw_trainable = trainable
         self._resume = _resume
         from ._storage import resolve_storage
 
@@ -158,31 +168,41 @@ class Tuner:
         ``result.error``. Ctrl-C ends running trials and returns what finished;
         the experiment can be continued with :meth:`Tuner.restore`.
         """
-        from ._controller import Controller, TuneError
         from ._mainguard import check_main_guard
         from .tracking import make_callbacks
 
-        check_main_guard(self.client, self.run_config.address)  # before any worker process imports the script
-        callbacks = make_callbacks(self.run_config, self.experiment_name) + adapt_callbacks(self.run_config.callbacks)
-        ctrl = Controller(
-            trainable=self.trainable, param_space=self.param_space, tune_config=self.tune_config,
-            run_config=self.run_config, scaling_config=self.scaling_config, experiment_dir=self.experiment_dir,
-            experiment_name=self.experiment_name, trainable_name=self.trainable_name, client=self.client,
-            callbacks=callbacks, trials=self._resume[1] if self._resume else None, resume=self._resume is not None,
-            storage_fs=self._storage_fs, remote_dir=self._remote_dir,
-        )
-        if self._resume is None:
-            from ._restore import save_tuner_state
-
-            self._set_aside_previous_journal()
-
-            save_tuner_state(self.experiment_dir, {"param_space": self.param_space, "tune_config": self.tune_config,
-                                                   "run_config": self.run_config, "scaling_config": self.scaling_config})
-        ctrl.run()
-        self._results = _result_grid(ctrl.trials, ctrl.metric, ctrl.mode, self.experiment_dir,
-                                     self._storage_fs, self._remote_dir)
-        if ctrl.fail_fast_error and self.run_config.failure_config.fail_fast == "raise":  # type: ignore[union-attr]
-            raise TuneError(ctrl.fail_fast_error)
+        executor = self._executor
+        if executor is None:
+            check_main_guard(self.client, self.run_config.address)  # before any worker process imports the script
+            executor = DaskTrialExecutor(self.client, self.run_config.address)
+        with ExperimentLock(self.experiment_dir):  # refuse a second Tuner on this experiment before touching it
+            callbacks = (make_callbacks(self.run_config, self.experiment_name)
+                         + adapt_callbacks(self.run_config.callbacks))
+            if self._remote_dir is not None:
+                store: CheckpointStore = FsspecCheckpointStore(self._storage_fs, self._remote_dir)
+                syncer = ExperimentSync(self.experiment_dir, self._storage_fs, self._remote_dir)
+            else:
+                store, syncer = LocalCheckpointStore(), None
+            loop = TuneLoop(
+                trainable=self.trainable, param_space=self.param_space, tune_config=self.tune_config,
+                run_config=self.run_config, scaling_config=self.scaling_config, experiment_dir=self.experiment_dir,
+                experiment_name=self.experiment_name, trainable_name=self.trainable_name, executor=executor,
+                store=store, callbacks=callbacks, trials=self._resume[1] if self._resume else None,
+                resume=self._resume is not None, syncer=syncer, raw_trainable=self._raw_trainable,
+            )
+            if self._resume is None:
+                self._set_aside_previous_journal()
+                save_tuner_state(self.experiment_dir, {"param_space": self.param_space,
+                                                       "tune_config": self.tune_config,
+                                                       "run_config": self.run_config,
+                                                       "scaling_config": self.scaling_config})
+            try:
+                loop.run()
+            finally:
+                self._results = result_grid(loop.trials, loop.metric, loop.mode, self.experiment_dir,
+                                            self._storage_fs, self._remote_dir)
+        if loop.fail_fast_error and self.run_config.failure_config.fail_fast == "raise":  # type: ignore[union-attr]
+            raise TuneError(loop.fail_fast_error)
         return self._results
 
     def _set_aside_previous_journal(self) -> None:
@@ -213,7 +233,7 @@ class Tuner:
             from ._restore import load_trials
 
             trials, meta = load_trials(self.experiment_dir, self._storage_fs)
-            self._results = _result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
+            self._results = result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
                                          self._storage_fs, self._remote_dir)
         return self._results
 
@@ -283,7 +303,7 @@ class Tuner:
         )
 
 
-def _result_grid(trials: list[Trial], metric: Any, mode: Any, experiment_dir: str, storage_fs: Any = None,
+def result_grid(trials: list[Trial], metric: Any, mode: Any, experiment_dir: str, storage_fs: Any = None,
                  remote_dir: str | None = None) -> ResultGrid:
     from ._storage import rjoin
 

@@ -304,7 +304,7 @@ def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any) -> int:
 
 
 def _fit(tuner: Any) -> Any:
-    from ._controller import TuneError
+    from .core import TuneError
     from .execution._cluster import PlacementError
 
     try:
@@ -495,7 +495,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     from ._journal import JournalError
     from ._restore import load_trials
-    from ._tuner import Tuner, _result_grid
+    from ._tuner import Tuner, result_grid
 
     path, fs, url = _fetch_remote(experiment_dir)
     if not Tuner.can_restore(path):
@@ -509,7 +509,7 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     meta = dict(meta)
     meta["status"] = _experiment_end_status(path) or "running or crashed"
     meta["path"] = url or path
-    return _result_grid(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
+    return result_grid(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
 
 
 def _trial_json(r: Any) -> dict[str, Any]:

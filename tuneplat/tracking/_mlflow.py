@@ -1164,9 +1164,9 @@ class MLflowCallback(Callback):
     def _best(self, ctrl: Any) -> Any:
         if not isinstance(ctrl.metric, str) or ctrl.mode not in ("min", "max"):
             return None
-        from .._tuner import _result_grid
+        from .._tuner import result_grid
 
-        grid = _result_grid(ctrl.trials, ctrl.metric, ctrl.mode, ctrl.experiment_dir)
+        grid = result_grid(ctrl.trials, ctrl.metric, ctrl.mode, ctrl.experiment_dir)
         try:
             best = grid.get_best_result()
         except ValueError:

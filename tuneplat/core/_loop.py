@@ -1,0 +1,807 @@
+"""The tuner's loop: executor events in, trial transitions and decisions out.
+
+The loop owns the trials, the searcher, the scheduler, the stop rules and the
+journal; a :class:`~tuneplat.execution.TrialExecutor` owns whatever runs the
+trials (Dask worker groups, or virtual time). One pass of the loop:
+
+1. carry out the scheduler's queued actions (stop, resume, PBT's clone);
+2. start what fits (queued trials first, then new suggestions);
+3. wait for the executor's events and turn each into a transition:
+   ``Reported`` → stop rules and scheduler → a decision answered at once;
+   ``Ended`` → TERMINATED / PAUSED / retried / ERROR; ``Starved`` → end.
+
+Any exception in the loop ends the experiment as errored: every group is torn
+down, the journal records ``experiment_end: "error"`` with the traceback,
+callbacks (MLflow) see ``"error"``, everything is closed, and the folder stays
+restorable; :meth:`TuneLoop.run` then raises :class:`TuneError`.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from schedulers import Decision, FIFOScheduler, Launch, Resume, Stop, TrialScheduler
+
+from .._checkpoint import Checkpoint
+from .._config import RunConfig, ScalingConfig, TuneConfig
+from .._journal import Journal, to_jsonable
+from .._progress import ProgressReporter
+from .._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
+from .._trial import Trial, TrialStatus
+from ..execution._executor import (
+    Ended,
+    Event,
+    ExecutorContext,
+    Outcome,
+    RankFailed,
+    Reported,
+    Started,
+    Starved,
+    TrialExecutor,
+    TrialSpec,
+)
+from ..search._searcher import BasicVariantGenerator, Searcher
+from ._stop import MetricCheck, StopRules
+
+logger = logging.getLogger("tuneplat")
+
+__all__ = ["TuneError", "TuneLoop"]
+
+
+class TuneError(RuntimeError):
+    """The experiment could not go on (an error in the tuner, fail_fast='raise', a misspelt metric)."""
+
+
+def _stop_grace_s() -> float:
+    """After the time budget (or fail-fast) asked running trials to stop, how long they get to reach a report."""
+    return float(os.environ.get("TUNEPLAT_STOP_GRACE_S", "5"))
+
+
+@dataclass
+class _Running:
+    """The loop's view of a trial whose group is live."""
+
+    attempt: int
+    started: bool = False
+    decision: Decision | None = None  # STOP/PAUSE answered; the group is leaving
+    stop_requested: Decision | None = None  # answer the next report with this
+    abort_at: float | None = None  # not reported by then (after a stop request): abort its group
+    resumed_from_clone: bool = False  # started from a PBT clone: its iterations continue the source's
+
+
+class TuneLoop:
+    """Runs one experiment to the end (see the module docstring).
+
+    Callbacks receive this object as their first argument and read ``trials``,
+    ``by_id``, ``experiment_dir``, ``experiment_name``, ``metric``, ``mode``,
+    ``param_space``, ``tc``, ``rc``, ``scheduler``, ``searcher``, ``journal``,
+    ``resume``, ``request`` and ``world_size``; treat them as read-only.
+    """
+
+    def __init__(self, *, trainable: Any, param_space: Mapping[str, Any], tune_config: TuneConfig,
+                 run_config: RunConfig, scaling_config: ScalingConfig, experiment_dir: str, experiment_name: str,
+                 trainable_name: str, executor: TrialExecutor, store: CheckpointStore,
+                 callbacks: list[Any] | None = None, trials: list[Trial] | None = None, resume: bool = False,
+                 syncer: ExperimentSync | None = None, raw_trainable: Any = None) -> None:
+        self.trainable = trainable
+        self.raw_trainable = raw_trainable
+        self.executor = executor
+        self.store = store
+        self.storage_fs = store.filesystem
+        self.syncer = syncer
+        self.param_space = dict(param_space or {})
+        self.tc = tune_config
+        self.rc = run_config
+        self.sc = scaling_config
+        self.experiment_dir = experiment_dir
+        self.experiment_name = experiment_name
+        self.trainable_name = trainable_name
+        self.callbacks = list(callbacks or [])
+        self.metric = tune_config.metric
+        self.mode = tune_config.mode
+        self.request = scaling_config.per_worker()
+        self.world_size = scaling_config.num_workers
+        self.resume = resume
+
+        self.searcher: Searcher = tune_config.search_alg or BasicVariantGenerator()
+        self.scheduler: TrialScheduler = tune_config.scheduler or FIFOScheduler()
+        self.trials: list[Trial] = list(trials or [])
+        self.by_id: dict[str, Trial] = {t.trial_id: t for t in self.trials}
+        self.queue: collections.deque[Trial] = collections.deque()
+        self.running: dict[str, _Running] = {}
+        self.searcher_done = False
+        self.searcher_blocked = False
+        self.search_finished_told = False
+        self.suggested = 0
+        self.stopping = False
+        self.interrupted = False
+        self.fail_fast_error: str | None = None
+        self.error: BaseException | None = None
+        self.status = "finished"
+        self._exp_tag = os.urandom(3).hex()[:5]
+        self._deferred_actions: dict[str, list[Resume | Launch | Stop]] = {}  # wait for the group to end
+        self._ready_actions: list[Resume | Launch | Stop] = []
+        self._result_files: dict[str, Any] = {}
+        self.stop_rules = StopRules(run_config.stop)
+        self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
+        self._deadline: float | None = None  # set once the cluster is up: the budget is for trials
+        self.reporter = ProgressReporter(self.metric, self.mode, run_config.verbose, run_config.progress_interval_s)
+        self.stop_grace_s = _stop_grace_s()
+        self.journal: Journal | None = None
+        self._looping = False
+
+    # ------------------------------------------------------------------ setup
+    def _setup_search(self) -> None:
+        metric, mode = self.metric, self.mode
+        if (isinstance(metric, list) and self.scheduler.requires_objective()
+                and getattr(self.scheduler, "metric", None) is None):
+            raise ValueError(
+                f"TuneConfig(metric={metric!r}, mode={mode!r}) is multi-objective, but "
+                f"{type(self.scheduler).__name__} decides on one metric: pass it one, e.g. "
+                f"{type(self.scheduler).__name__}(metric={metric[0]!r}, mode={mode[0]!r}, ...), "
+                "or leave TuneConfig.scheduler unset (FIFO) for a multi-objective search.")
+        self.scheduler.set_objective(metric if not isinstance(metric, list) else None,
+                                     mode if not isinstance(mode, list) else None)
+        if self.metric is None and getattr(self.scheduler, "metric", None):
+            self.metric, self.mode = self.scheduler.metric, self.scheduler.mode
+        ok = self.searcher.set_search_properties(
+            self.metric, self.mode, self.param_space, num_samples=self.tc.num_samples, seed=self.tc.seed,
+            experiment_dir=self.experiment_dir, resume=self.resume,
+        )
+        if ok is False:
+            raise ValueError(f"{type(self.searcher).__name__} was set up with its own search space; "
+                             "don't pass param_space to the Tuner as well.")
+        if self.metric is None and getattr(self.searcher, "metric", None):
+            self.metric, self.mode = self.searcher.metric, self.searcher.mode
+        self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
+        self.reporter = ProgressReporter(self.metric, self.mode, self.rc.verbose, self.rc.progress_interval_s)
+        if self.trials:
+            self._replay()
+
+    def _replay(self) -> None:
+        """Restore: rebuild searcher and scheduler state from the trials in the journal."""
+        self._exp_tag = self.trials[0].trial_id.rsplit("_", 1)[0]
+        self.suggested = len(self.trials)
+        self.searcher.restore_trials([
+            {"trial_id": t.trial_id, "config": t.config, "status": t.status.value, "result": t.last_result or None}
+            for t in self.trials
+        ])
+        for t in self.trials:
+            self.scheduler.on_trial_add(t.trial_id, t.config)
+            for r in t.results:
+                self.scheduler.on_trial_result(t.trial_id, r)
+            if t.status == TrialStatus.TERMINATED:
+                self.scheduler.on_trial_complete(t.trial_id, t.last_result or None)
+            elif t.status == TrialStatus.ERROR:
+                self.scheduler.on_trial_error(t.trial_id)
+            else:
+                self.queue.append(t)
+        self.scheduler.pop_actions()  # decisions of the past were already carried out
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> None:
+        """Run the experiment; raises :class:`TuneError` if the tuner itself failed (the folder stays restorable)."""
+        os.makedirs(self.experiment_dir, exist_ok=True)
+        self.journal = Journal(os.path.join(self.experiment_dir, "journal.jsonl"))
+        old_handler = None
+        try:
+            self._setup_search()
+            self.executor.setup(ExecutorContext(
+                trainable=self.trainable, experiment_name=self.experiment_name, experiment_dir=self.experiment_dir,
+                request=self.request, world_size=self.world_size, placement_strategy=self.sc.placement_strategy,
+                backend=self.sc.backend, metric=self.metric, storage_fs=self.storage_fs,
+                raw_trainable=self.raw_trainable, say=self.reporter.say))
+            if self.tc.time_budget_s:
+                self._deadline = self.executor.now() + self.tc.time_budget_s
+            if self.executor.dashboard_link:
+                self.reporter.say(f"tuneplat: Dask dashboard at {self.executor.dashboard_link}")
+            self.reporter.say(f"tuneplat: experiment folder {self.experiment_dir}")
+            self.journal.append({"event": "experiment", "name": self.experiment_name,
+                                 "metric": self.metric, "mode": self.mode, "num_samples": self.tc.num_samples,
+                                 "scheduler": to_jsonable(self.scheduler.describe()),
+                                 "searcher": type(self.searcher).__name__, "resume": self.resume,
+                                 "scaling": {"num_workers": self.world_size, "resources_per_worker": self.request}})
+            for cb in self.callbacks:
+                cb.on_experiment_start(self)
+            if threading.current_thread() is threading.main_thread():
+                old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
+            self._looping = True
+            self._loop()
+            if self.fail_fast_error:
+                self.status = "failed"
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.status = "interrupted"
+            logger.warning("tuneplat: interrupted; ending running trials. Resume with Tuner.restore(%r, trainable).",
+                           self.experiment_dir)
+            self._guarded(self._teardown_all, "experiment interrupted")
+        except Exception as exc:  # noqa: BLE001 - any error of the tuner ends the experiment as errored
+            self.error = exc
+            self.status = "error"
+            self.interrupted = True  # what did not finish stays restorable
+            self._guarded(self._teardown_all, f"the tuner failed: {type(exc).__name__}: {exc}")
+        finally:
+            if old_handler is not None:
+                signal.signal(signal.SIGTERM, old_handler)
+            self._close()
+        if self.error is not None and not self._looping:
+            raise self.error  # a set-up error (a space, a placement that can never fit): the user's to fix
+        if self.error is not None:
+            raise TuneError(
+                f"the experiment failed in the tuner: {type(self.error).__name__}: {self.error}. Every trial was "
+                f"ended; finished results are kept, and the experiment can be continued with "
+                f"Tuner.restore({self.experiment_dir!r}, trainable) once the cause is fixed.") from self.error
+
+    def _guarded(self, fn: Any, *args: Any) -> None:
+        """Run a clean-up step; its own failure is logged, never raised over the first error."""
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001
+            logger.warning("tuneplat: %s failed while ending the experiment", getattr(fn, "__name__", fn),
+                           exc_info=True)
+
+    def _close(self) -> None:
+        status = self.status
+        tb = "".join(traceback.format_exception(self.error)) if self.error is not None else None
+        for cb in self.callbacks:
+            try:
+                cb.on_experiment_end(self, status)
+            except Exception:  # noqa: BLE001 - a callback must not lose the results
+                logger.exception("tuneplat: callback %r failed at experiment end", cb)
+        journal = self.journal
+        if journal is not None:
+            event: dict[str, Any] = {"event": "experiment_end", "status": status}
+            if tb:
+                event["error"] = f"{type(self.error).__name__}: {self.error}"
+                event["traceback"] = tb
+            self._guarded(journal.append, event)
+        self._guarded(self.reporter.maybe_report, self.trials, True)
+        for f in self._result_files.values():
+            self._guarded(f.close)
+        self._result_files.clear()
+        if journal is not None:
+            self._guarded(journal.close)
+        self._guarded(self.searcher.close)
+        if self.syncer is not None:
+            self._guarded(self._final_sync)
+        self._guarded(self.executor.close)
+
+    def _final_sync(self) -> None:
+        assert self.syncer is not None
+        error = self.syncer.close()
+        if error:
+            logger.warning("tuneplat: could not upload the experiment's files to %s (%s); they are complete in %s. "
+                           "Copy that folder there, or run Tuner.restore on it.", self.syncer.remote_dir, error,
+                           self.experiment_dir)
+
+    def _loop(self) -> None:
+        while True:
+            self._drain_actions()
+            if not self.stopping:
+                self._launch_what_fits()
+            self._sync_files()
+            self.reporter.maybe_report(self.trials)
+            if self._finished():
+                break
+            for event in self.executor.poll(self._next_timeout()):
+                self._on_event(event)
+            self._check_deadlines()
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, Reported):
+            self._on_step(event)
+        elif isinstance(event, Ended):
+            self._on_ended(event)
+        elif isinstance(event, Started):
+            run = self.running.get(event.trial_id)
+            if run is not None:
+                run.started = True
+        elif isinstance(event, RankFailed):
+            assert self.journal is not None
+            self.journal.append({"event": "rank_failure", "trial_id": event.trial_id, "attempt": event.attempt,
+                                 "message": event.message})
+        elif isinstance(event, Starved):
+            self._starve(event.message)
+
+    def _finished(self) -> bool:
+        if self.running or (self.queue and not self.stopping):
+            return False  # (when stopping, queued trials stay PENDING: restorable)
+        if not (self.searcher_done or self.stopping):
+            return False
+        if not self.search_finished_told:
+            self.search_finished_told = True
+            self.scheduler.on_search_finished()
+            self._drain_actions()
+            if self.queue:
+                return False
+        paused = [t for t in self.trials if t.status == TrialStatus.PAUSED and not self.interrupted]
+        for t in paused:  # nothing will ever resume them
+            t.stop_reason = t.stop_reason or "left paused when the experiment ended"
+            self._end_trial(t, TrialStatus.TERMINATED)
+        return True
+
+    def _next_timeout(self) -> float | None:
+        now = self.executor.now()
+        deadlines = []
+        if self.reporter.verbose:
+            deadlines.append(now + max(0.0, self.reporter.due() - time.monotonic()))
+        if self._deadline is not None and not self.stopping:
+            deadlines.append(self._deadline)
+        assert self.journal is not None
+        if self.journal._dirty:
+            deadlines.append(now + self.journal.sync_interval_s)
+        if self.stop_rules.has_stop_all and not self.stopping:
+            deadlines.append(now + 1.0)  # e.g. a TimeoutStopper: ask it even while no trial reports
+        deadlines.extend(r.abort_at for r in self.running.values() if r.abort_at is not None)
+        if not deadlines:
+            return 5.0
+        return max(0.0, min(deadlines) - now)
+
+    def _check_deadlines(self) -> None:
+        now = self.executor.now()
+        if self._deadline is not None and now >= self._deadline and not self.stopping:
+            self.reporter.say(f"tuneplat: time budget of {self.tc.time_budget_s}s reached; stopping trials.")
+            assert self.journal is not None
+            self.journal.append({"event": "time_budget_reached"})
+            self._stop_everything("time budget reached")
+        self._check_stop_all()
+        for tid, run in list(self.running.items()):
+            if run.abort_at is not None and now >= run.abort_at:
+                run.abort_at = None  # a trial that reports nothing (one long epoch, a hung loop): end it now
+                self.executor.abort(tid, self.by_id[tid].stop_reason or "stopped")
+
+    def _stop_everything(self, reason: str) -> None:
+        """Stop running trials at their next report (or abort them after a grace); end queued ones."""
+        self.stopping = True
+        now = self.executor.now()
+        for tid, run in self.running.items():
+            run.stop_requested = Decision.STOP
+            trial = self.by_id[tid]
+            trial.stop_reason = trial.stop_reason or reason
+            if not run.started:
+                self.executor.abort(tid, reason)
+            elif run.decision is None:
+                run.abort_at = now + self.stop_grace_s
+        while self.queue:
+            t = self.queue.popleft()
+            t.stop_reason = f"{reason} before it could resume"
+            self._end_trial(t, TrialStatus.TERMINATED)
+
+    def _check_stop_all(self) -> bool:
+        """``RunConfig(stop=stopper)``: the stopper's ``stop_all()`` ends the experiment (as in Ray)."""
+        if self.stopping or not self.stop_rules.stop_all():
+            return False
+        name = self.stop_rules.name()
+        self.reporter.say(f"tuneplat: {name}.stop_all() is true; stopping every trial.")
+        assert self.journal is not None
+        self.journal.append({"event": "stop_all", "stopper": name})
+        self._stop_everything(f"{name}.stop_all()")
+        return True
+
+    def _starve(self, message: str) -> None:
+        """No worker can take a trial and nothing runs that could free one: end, saying why."""
+        self.reporter.say(f"tuneplat: {message}; ending the experiment (restorable)")
+        assert self.journal is not None
+        self.journal.append({"event": "starved", "message": message})
+        self.stopping = True
+        self.interrupted = True  # what did not run stays restorable
+        self.fail_fast_error = message
+
+    def _sync_files(self) -> None:
+        journal = self.journal
+        assert journal is not None
+        if journal._dirty and time.monotonic() - journal._last_sync >= journal.sync_interval_s:
+            for f in self._result_files.values():
+                f.flush()
+            journal.sync()
+        if self.syncer is not None:
+            self.syncer.maybe_sync()
+
+    # ------------------------------------------------------------------ launching
+    def _new_trial(self, config: dict[str, Any]) -> Trial:
+        index = len(self.trials)
+        trial_id = f"{self._exp_tag}_{index:05d}"
+        name = f"{self.trainable_name}_{trial_id}"
+        trial = Trial(trial_id=trial_id, config=config, path=os.path.join(self.experiment_dir, name), name=name)
+        trial.trainable_name = self.trainable_name
+        if self.tc.trial_name_creator is not None:
+            trial.name = str(self.tc.trial_name_creator(trial))
+        if self.tc.trial_dirname_creator is not None:
+            dirname = str(self.tc.trial_dirname_creator(trial)).replace(os.sep, "_")
+            path = os.path.join(self.experiment_dir, dirname)
+            trial.path = path if not os.path.exists(path) else f"{path}_{trial_id}"
+        os.makedirs(trial.path, exist_ok=True)
+        with open(os.path.join(trial.path, "params.json"), "w", encoding="utf-8") as f:
+            json.dump(to_jsonable(config), f, indent=2, sort_keys=True)
+        self.trials.append(trial)
+        self.by_id[trial_id] = trial
+        assert self.journal is not None
+        self.journal.append({"event": "trial_add", "trial_id": trial_id, "config": to_jsonable(config),
+                             "path": trial.path, "name": trial.name, "config_pickle": _pickle_hex(config)})
+        self.scheduler.on_trial_add(trial_id, config)
+        for cb in self.callbacks:
+            cb.on_trial_add(self, trial)
+        return trial
+
+    def _suggest(self) -> Trial | None:
+        if self.searcher_done or self.searcher_blocked:
+            return None
+        limit = self.tc.num_samples
+        if not isinstance(self.searcher, BasicVariantGenerator) and limit != -1 and self.suggested >= limit:
+            self.searcher_done = True
+            return None
+        config = self.searcher.suggest(f"{self._exp_tag}_{len(self.trials):05d}")
+        if config is None:
+            self.searcher_blocked = True
+            return None
+        if config == Searcher.FINISHED or not isinstance(config, dict):
+            self.searcher_done = True
+            return None
+        self.suggested += 1
+        return self._new_trial(config)
+
+    def _launch_what_fits(self) -> None:
+        limit = self.tc.max_concurrent_trials
+        while True:
+            if not self.queue and (self.searcher_done or self.searcher_blocked):
+                return
+            if limit is not None and self.executor.running() >= limit:
+                return
+            reservation = self.executor.reserve()
+            if reservation is None:
+                return
+            trial = self.queue.popleft() if self.queue else self._suggest()
+            if trial is None:
+                self.executor.unreserve(reservation)
+                continue
+            self._start(trial, reservation)
+
+    def _start(self, trial: Trial, reservation: Any) -> None:
+        """Start an attempt of ``trial`` on the executor's ``reservation``."""
+        assert self.journal is not None
+        trial.attempts += 1
+        attempt = trial.attempts - 1
+        self.store.clean_staging(trial.path)  # what a crashed attempt left half-staged must not leak into this one
+        checkpoint = trial.checkpoint
+        start_iteration = trial.iteration
+        cloned = trial.restart_iteration is not None
+        if cloned:  # PBT's clone: go on from the source's checkpoint and its training_iteration (as Ray)
+            start_iteration = trial.restart_iteration or 0
+            trial.restart_iteration = None
+        elif trial.checkpoint is not None and trial.results:
+            # a retry or resume: continue from the checkpoint, later results are superseded
+            ck_it = trial.checkpoint_iteration()
+            if ck_it < start_iteration:
+                self._supersede(trial, ck_it)
+            start_iteration = ck_it
+        elif trial.checkpoint is None and trial.results:
+            self._supersede(trial, 0)
+            start_iteration = 0
+        time_offset = float(trial.last_result.get("time_total_s", 0.0)) if trial.results else 0.0
+        spec = TrialSpec(trial_id=trial.trial_id, name=trial.name, path=trial.path, attempt=attempt,
+                         config=trial.config, start_iteration=start_iteration, time_offset=time_offset,
+                         checkpoint_path=checkpoint.path if checkpoint else None,
+                         remote_trial_dir=self.store.trial_url(trial.path))
+        self.running[trial.trial_id] = _Running(attempt, resumed_from_clone=cloned)
+        trial.status = TrialStatus.RUNNING
+        trial.pending_decision = None
+        where = self.executor.start(spec, reservation)
+        self.journal.append({"event": "trial_start", "trial_id": trial.trial_id, "attempt": attempt,
+                             "start_iteration": start_iteration, "workers": where,
+                             "checkpoint": checkpoint.path if checkpoint else None})
+        for cb in self.callbacks:
+            cb.on_trial_start(self, trial)
+        self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
+
+    def _supersede(self, trial: Trial, after: int) -> None:
+        assert self.journal is not None
+        moved = trial.supersede_after(after)
+        self.journal.append({"event": "superseded", "trial_id": trial.trial_id, "after_iteration": after,
+                             "count": moved})
+        for cb in self.callbacks:
+            cb.on_trial_superseded(self, trial, after)
+
+    # ------------------------------------------------------------------ results and decisions
+    def _on_step(self, event: Reported) -> None:
+        assert self.journal is not None
+        trial = self.by_id[event.trial_id]
+        run = self.running[event.trial_id]
+        result, iteration = event.result, event.iteration
+        if event.staged:
+            path = self.store.commit(trial.path, checkpoint_name(iteration))
+            if path is not None:
+                ckpt = Checkpoint(path, self.storage_fs)
+                trial.checkpoints = [p for p in trial.checkpoints if p[0] != ckpt]
+                trial.checkpoints.append((ckpt, result))
+                self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id, "iteration": iteration,
+                                     "path": path, "metrics": to_jsonable(result)})
+                for cb in self.callbacks:
+                    cb.on_checkpoint(self, trial, ckpt, result)
+                self._apply_retention(trial)
+        if run.resumed_from_clone:
+            run.resumed_from_clone = False  # (its iterations may go back: they continue the source's)
+        elif trial.results and trial.results[-1].get("training_iteration", 0) >= iteration:
+            moved = trial.supersede_after(iteration - 1)
+            self.journal.append({"event": "superseded", "trial_id": trial.trial_id, "after_iteration": iteration - 1,
+                                 "count": moved})
+        trial.results.append(result)
+        trial.time_total_s = float(result.get("time_total_s", 0.0))
+        try:
+            line = json.dumps(result)
+        except (TypeError, ValueError):
+            line = json.dumps(to_jsonable(result))
+        self.journal.append_line(f'{{"event": "result", "trial_id": "{trial.trial_id}", "result": {line}}}')
+        self._write_result(trial, line)
+        problem, misspelt = self.checks.problem(trial.trial_id, result)
+        if problem:
+            if misspelt:  # every trial would make this mistake: end the experiment now, without retries
+                trial.no_retry = True
+                self._fail_experiment(f"trial {trial.trial_id} failed: {problem}")
+            self.executor.fail(trial.trial_id, problem)
+            return
+        for m, v in self.checks.non_finite(result):
+            logger.warning("tuneplat: trial %s reported non-finite %s=%r at iteration %s; schedulers count it "
+                           "as the worst value", trial.trial_id, m, v, result.get("training_iteration"))
+            self.journal.append({"event": "warning", "trial_id": trial.trial_id,
+                                 "message": f"non-finite metric {m}={v!r}"})
+        self.searcher.on_trial_result(trial.trial_id, result)
+        for cb in self.callbacks:
+            cb.on_trial_result(self, trial, result)
+        decision, reason = self._decide(trial, run, result)
+        if decision is not Decision.CONTINUE:
+            run.decision = decision
+            run.abort_at = None
+            trial.pending_decision = decision.value
+            if decision is Decision.STOP:
+                trial.stop_reason = trial.stop_reason or reason
+            self.journal.append({"event": "decision", "trial_id": trial.trial_id, "iteration": iteration,
+                                 "decision": decision.value, "reason": reason})
+            self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
+        save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
+        self.executor.answer(trial.trial_id, decision, save=save)
+
+    def _decide(self, trial: Trial, run: _Running, result: Mapping[str, Any]) -> tuple[Decision, str]:
+        if run.stop_requested is not None:
+            return run.stop_requested, trial.stop_reason or "stop requested"
+        reason = self.stop_rules.reason_to_stop(trial.trial_id, result)
+        if reason is not None:
+            if reason == "stop criteria met":
+                self._check_stop_all()
+            return Decision.STOP, reason
+        if self._check_stop_all():
+            return Decision.STOP, trial.stop_reason or "stop_all()"
+        decision = self.scheduler.on_trial_result(trial.trial_id, result)
+        if decision is Decision.STOP:
+            trial.stopped_by_scheduler = not self._reached_scheduler_budget(result)
+            why = getattr(self.scheduler, "stop_reason", lambda _t: None)(trial.trial_id)
+            return decision, why or f"stopped by {self.scheduler.name}"
+        if decision is Decision.PAUSE:
+            return decision, f"paused by {self.scheduler.name}"
+        return decision, ""
+
+    def _reached_scheduler_budget(self, result: Mapping[str, Any]) -> bool:
+        """Whether ``result`` reached the scheduler's ``max_t`` (a STOP there ends a trial, it does not prune it)."""
+        max_t = getattr(self.scheduler, "max_t", None)
+        attr = getattr(self.scheduler, "time_attr", None)
+        value = result.get(attr) if isinstance(attr, str) else None
+        return (isinstance(max_t, (int, float)) and isinstance(value, (int, float))
+                and not isinstance(value, bool) and value >= max_t)
+
+    def _apply_retention(self, trial: Trial) -> None:
+        cc = self.rc.checkpoint_config
+        assert cc is not None and self.journal is not None
+        for pair in retain(trial.checkpoints, cc.num_to_keep, cc.checkpoint_score_attribute, cc.checkpoint_score_order):
+            trial.checkpoints.remove(pair)
+            try:
+                self.store.delete(pair[0].path)
+            except Exception as exc:  # noqa: BLE001 - a leftover folder costs space, not correctness
+                logger.warning("tuneplat: could not delete checkpoint %s: %s", pair[0].path, exc)
+            self.journal.append({"event": "checkpoint_deleted", "trial_id": trial.trial_id, "path": pair[0].path})
+
+    def _write_result(self, trial: Trial, line: str) -> None:
+        f = self._result_files.get(trial.trial_id)
+        if f is None:
+            f = self._result_files[trial.trial_id] = open(os.path.join(trial.path, "result.json"), "a",  # noqa: SIM115
+                                                          encoding="utf-8")
+        f.write(line + "\n")
+
+    # ------------------------------------------------------------------ trial end
+    def _on_ended(self, event: Ended) -> None:
+        assert self.journal is not None
+        run = self.running.pop(event.trial_id, None)
+        trial = self.by_id[event.trial_id]
+        decision = run.decision if run is not None else None
+        self.searcher_blocked = False
+        f = self._result_files.pop(trial.trial_id, None)
+        if f is not None:
+            f.close()
+        if event.outcome is Outcome.NOT_STARTED and not self.stopping:
+            trial.attempts -= 1
+            trial.status = TrialStatus.PENDING
+            self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,
+                                 "reason": "a worker was lost before the trial started"})
+            self.queue.appendleft(trial)
+        elif event.outcome is Outcome.FAILED and (not self.interrupted or trial.no_retry) and decision is None:
+            self._on_failure(trial, run, event.message or "unknown failure", event.traceback)
+        elif event.outcome is Outcome.FAILED and self.interrupted:
+            trial.status = TrialStatus.PENDING
+        elif decision is Decision.PAUSE:
+            trial.status = TrialStatus.PAUSED
+            self.journal.append({"event": "trial_paused", "trial_id": trial.trial_id, "iteration": trial.iteration})
+        elif self.interrupted and decision is None:
+            trial.status = TrialStatus.PENDING  # restorable
+        else:
+            self._end_trial(trial, TrialStatus.TERMINATED)
+        self._ready_actions.extend(self._deferred_actions.pop(trial.trial_id, []))
+        self._drain_actions()
+
+    def _on_failure(self, trial: Trial, run: _Running | None, message: str, tb: str | None) -> None:
+        assert self.journal is not None
+        trial.num_failures += 1
+        max_failures = self.rc.failure_config.max_failures  # type: ignore[union-attr]
+        retry = (not self.stopping and not trial.no_retry
+                 and (max_failures == -1 or trial.num_failures <= max_failures))
+        self.journal.append({"event": "trial_failure", "trial_id": trial.trial_id,
+                             "attempt": run.attempt if run is not None else trial.attempts - 1,
+                             "message": message, "traceback": tb, "retry": retry})
+        for cb in self.callbacks:
+            cb.on_trial_failure(self, trial, message, retry)
+        if retry:
+            self.reporter.event(f"trial {trial.trial_id} failed ({message}); retrying from its latest checkpoint")
+            trial.status = TrialStatus.PENDING
+            self.queue.append(trial)
+            return
+        trial.error, trial.error_traceback = message, tb
+        self._end_trial(trial, TrialStatus.ERROR)
+        if self.rc.failure_config.fail_fast and not self.fail_fast_error:  # type: ignore[union-attr]
+            self._fail_experiment(f"trial {trial.trial_id} failed: {message}", prefix="fail_fast: ")
+
+    def _fail_experiment(self, message: str, prefix: str = "") -> None:
+        """End the experiment because of one trial's failure; the others stay restorable."""
+        self.fail_fast_error = message
+        self.reporter.say(f"tuneplat: {prefix}{message}; ending the experiment")
+        self.stopping = True
+        self.interrupted = True  # leave the others restorable
+        while self.queue:  # (restorable: they stay PENDING)
+            self.queue.popleft()
+        for tid in list(self.running):
+            self.executor.abort(tid, "the experiment is ending: another trial failed")
+
+    def _end_trial(self, trial: Trial, status: TrialStatus) -> None:
+        assert self.journal is not None
+        trial.status = status
+        self.journal.append({"event": "trial_end", "trial_id": trial.trial_id, "status": status.value,
+                             "error": trial.error, "traceback": trial.error_traceback,
+                             "stop_reason": trial.stop_reason, "iteration": trial.iteration})
+        if status is TrialStatus.ERROR:
+            self.scheduler.on_trial_error(trial.trial_id)
+            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True)
+            self.reporter.event(f"trial {trial.trial_id} ERROR: {trial.error}")
+        else:
+            self.scheduler.on_trial_complete(trial.trial_id, trial.last_result or None)
+            info = {"pruned": True} if trial.stopped_by_scheduler else {}
+            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False, **info)
+        for cb in self.callbacks:
+            cb.on_trial_complete(self, trial)
+
+    def _teardown_all(self, reason: str) -> None:
+        """End every running group (Ctrl-C, SIGTERM, an error in the loop) and wait for them."""
+        self.stopping = True
+        self.interrupted = True
+        for event in self.executor.teardown(reason):
+            if isinstance(event, Ended):
+                self._guarded(self._on_ended, event)
+            elif isinstance(event, RankFailed):
+                self._guarded(self._on_event, event)
+        for tid in list(self.running):
+            self.running.pop(tid)
+            self.by_id[tid].status = TrialStatus.PENDING
+
+    # ------------------------------------------------------------------ scheduler actions
+    def _drain_actions(self) -> None:
+        actions = self.scheduler.pop_actions()
+        if self._ready_actions:
+            actions, self._ready_actions = self._ready_actions + actions, []
+        for action in actions:
+            trial = self.by_id.get(action.trial_id)
+            if trial is None:
+                logger.warning("tuneplat: scheduler asked for unknown trial %s", action.trial_id)
+                continue
+            run = self.running.get(trial.trial_id)
+            if run is not None and run.decision is Decision.PAUSE:
+                # PAUSE was answered but the group is still leaving its workers (PBT queues Launch in the same
+                # call as PAUSE; HyperBand may queue Resume/Stop before the paused group ended). Its checkpoint of
+                # the paused iteration is committed already, so a Launch clones the source's checkpoint now (the
+                # one the scheduler judged); the requeue waits until the trial is PAUSED.
+                if isinstance(action, Launch):
+                    self._exploit(trial, action)
+                    action = Resume(trial.trial_id)
+                self._deferred_actions.setdefault(trial.trial_id, []).append(action)
+                continue
+            if isinstance(action, Stop):
+                if trial.status in (TrialStatus.PAUSED, TrialStatus.PENDING):
+                    if trial in self.queue:
+                        self.queue.remove(trial)
+                    trial.stop_reason = action.reason or f"stopped by {self.scheduler.name}"
+                    trial.stopped_by_scheduler = True
+                    self._end_trial(trial, TrialStatus.TERMINATED)
+                elif run is not None:
+                    run.stop_requested = Decision.STOP
+            elif isinstance(action, Resume):
+                if trial.status == TrialStatus.PAUSED:
+                    trial.status = TrialStatus.PENDING
+                    assert self.journal is not None
+                    self.journal.append({"event": "trial_resume", "trial_id": trial.trial_id})
+                    self.queue.appendleft(trial)
+            elif isinstance(action, Launch):
+                if trial.status != TrialStatus.PAUSED:
+                    logger.warning("tuneplat: scheduler asked to relaunch trial %s which is %s", trial.trial_id,
+                                   trial.status)
+                    continue
+                self._exploit(trial, action)
+                trial.status = TrialStatus.PENDING
+                self.queue.appendleft(trial)
+
+    def _exploit(self, trial: Trial, action: Launch) -> None:
+        """PBT's exploit: ``trial`` takes ``action.config`` and a copy of the source's latest checkpoint.
+
+        The copy becomes ``trial``'s latest checkpoint, and the trial goes on from
+        the source checkpoint's ``training_iteration`` (as in Ray: the scheduler
+        took over the source's clock, and the results agree with it). The event
+        is recorded in the journal and ``trial.lineage``.
+        """
+        assert self.journal is not None
+        old = trial.config
+        trial.config = dict(action.config)
+        from_iteration = None
+        if action.from_trial and action.from_trial != trial.trial_id:
+            src = self.by_id.get(action.from_trial)
+            if src is not None and src.checkpoint is not None:
+                # copy, so the source may delete its own checkpoints meanwhile
+                from_iteration = src.checkpoint_iteration()
+                path = self.store.copy(src.checkpoint.path, trial.path, checkpoint_name(from_iteration))
+                assert path is not None
+                metrics = dict(src.checkpoints[-1][1])
+                clone = Checkpoint(path, self.storage_fs)
+                trial.checkpoints = [p for p in trial.checkpoints if p[0] != clone]
+                trial.checkpoints.append((clone, metrics))
+                trial.restart_iteration = from_iteration
+                self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id,
+                                     "iteration": from_iteration, "path": path,
+                                     "metrics": to_jsonable(metrics), "cloned_from": src.trial_id,
+                                     "cloned_iteration": from_iteration})
+            else:
+                logger.warning("tuneplat: trial %s exploits trial %s, which has no checkpoint; it restarts with the "
+                               "new config from its own latest checkpoint (report checkpoints for PBT to clone)",
+                               trial.trial_id, action.from_trial)
+        event = {"event": "exploit", "trial_id": trial.trial_id, "from_trial": action.from_trial,
+                 "iteration": trial.iteration, "from_iteration": from_iteration, "old_config": to_jsonable(old),
+                 "new_config": to_jsonable(trial.config), "config_pickle": _pickle_hex(trial.config),
+                 "info": to_jsonable(dict(action.info))}
+        trial.lineage.append({k: v for k, v in event.items() if k not in ("event", "config_pickle")})
+        self.journal.append(event)
+        for cb in self.callbacks:
+            cb.on_trial_exploit(self, trial, event)
+
+
+def _pickle_hex(obj: Any) -> str | None:
+    try:
+        return cloudpickle.dumps(obj).hex()
+    except Exception:  # noqa: BLE001 - only needed to restore exotic configs
+        return None
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

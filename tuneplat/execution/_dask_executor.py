@@ -1,0 +1,820 @@
+"""The Dask :class:`~tuneplat.execution._executor.TrialExecutor`: real worker processes.
+
+Each trial's worker group is one Dask task per rank, pinned to the workers a
+gang placement chose (:class:`~tuneplat.execution._cluster.Ledger`). Ranks
+connect back to a TCP listener owned by this executor (on 127.0.0.1 unless the
+cluster spans hosts) and authenticate with a per-attempt token before anything
+they send is unpickled. Every ``report()`` is a small frame that the loop
+answers at once. Dask futures say when a rank's task ended (through a
+socketpair that wakes the selector). Nothing sleeps or polls.
+
+Single-rank trials chain: a runner whose trial ended healthily offers to take
+the next one on its open connection, in the same Dask task (Ray's
+``reuse_actors``). Such a runner is *parked* until the loop's next launch pass
+gives it a trial (:meth:`DaskTrialExecutor.reserve`); runners no trial was given
+to are dismissed at the next :meth:`~DaskTrialExecutor.poll`.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import pickle
+import secrets
+import selectors
+import signal
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedulers import Decision
+
+from ..train._session import RankSpec
+from ._cluster import Assignment, Cluster, Ledger
+from ._executor import (
+    Ended,
+    Event,
+    ExecutorContext,
+    Outcome,
+    RankFailed,
+    Reported,
+    Started,
+    Starved,
+    TrialExecutor,
+    TrialSpec,
+)
+from ._runner import run_rank
+from ._wire import FrameReader, send_msg
+
+__all__ = ["DaskTrialExecutor"]
+
+logger = logging.getLogger("tuneplat")
+
+
+@dataclass
+class _Rank:
+    index: int
+    assignment: Assignment
+    future: Any = None
+    conn: socket.socket | None = None
+    finished: str | None = None  # "done" | "error" | "dead" | "lost" | "aborted"
+    task_done: bool = False
+    released: bool = False
+    last_seen: float = 0.0
+    ever_connected: bool = False
+    pid: int | None = None
+    hostname: str | None = None
+    channel: _Conn | None = None  # the connection's reader state (``conn`` is its socket)
+    offers_next: bool = False  # its runner said "done"/"error" and waits for ("next", spec) or ("bye",)
+    parked: bool = False  # an idle runner holding its slot until the loop gives it a trial or "bye"
+    chained: bool = False  # started by ("next", spec) on a runner that ran an earlier trial
+    started_ack: bool = True  # a chained rank acknowledged "next" (user code runs): False until then
+    conn_shut: bool = False  # we shut its connection down (group aborted): its runner cannot take more
+
+
+@dataclass
+class _Group:
+    trial_id: str
+    attempt: int
+    token: bytes
+    ranks: list[_Rank]
+    started: float = field(default_factory=time.monotonic)
+    reports: dict[int, dict[int, tuple[Any, bool]]] = field(default_factory=dict)
+    rendezvous: tuple[Any, ...] | None = None
+    failure: tuple[str, str | None] | None = None
+    aborted: bool = False
+    abort_reason: str | None = None
+    ended: bool = False
+    lost_before_start: bool = False
+    go_sent: bool = False  # "go" went to a rank: user code runs
+    started_ok: bool = False  # every rank connected once
+    waiting_answer: int | None = None  # the iteration whose report the loop has not answered yet
+
+    @property
+    def connected(self) -> bool:
+        self.started_ok = self.started_ok or all(r.conn is not None or r.finished for r in self.ranks)
+        return self.started_ok
+
+
+class _Conn:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = FrameReader()
+        self.group: _Group | None = None
+        self.rank: _Rank | None = None
+
+
+@dataclass
+class _Reservation:
+    runner: _Rank | None = None  # an idle single-rank runner: the trial chains onto its Dask task
+    placement: list[Assignment] | None = None
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, str(default)))
+
+
+class DaskTrialExecutor(TrialExecutor):
+    """Runs worker groups as Dask tasks (see the module docstring).
+
+    Args:
+        client: a ``distributed.Client`` (default: the active client, else
+            ``address``, else an embedded LocalCluster on 127.0.0.1).
+        address: a Dask scheduler address.
+
+    Limits (environment): ``TUNEPLAT_START_TIMEOUT_S`` (every rank connects
+    within it, 90), ``TUNEPLAT_HEARTBEAT_TIMEOUT_S`` (a silent rank is hung, 30),
+    ``TUNEPLAT_ABORT_GRACE_S`` (an aborted rank's user code may unwind this long,
+    15), ``TUNEPLAT_WORKER_WAIT_S`` (nothing can be placed this long: starved, 60).
+    """
+
+    def __init__(self, client: Any = None, address: str | None = None) -> None:
+        self._client_arg = client
+        self._address = address
+        self.start_timeout_s = _env_float("TUNEPLAT_START_TIMEOUT_S", 90)
+        self.hang_timeout_s = _env_float("TUNEPLAT_HEARTBEAT_TIMEOUT_S", 30)
+        self.abort_grace_s = _env_float("TUNEPLAT_ABORT_GRACE_S", 15)
+        self.starve_timeout_s = _env_float("TUNEPLAT_WORKER_WAIT_S", 60)
+        self.groups: dict[str, _Group] = {}
+        self.idle: list[_Rank] = []
+        self.task_owner: dict[str, tuple[_Group, _Rank]] = {}
+        self.tokens: dict[bytes, _Group] = {}
+        self.cluster: Cluster | None = None
+        self.ledger = Ledger()
+        self.max_slots = 0
+        self._last_refresh = 0.0
+        self._refresh_at: float | None = None
+        self._starved_since: float | None = None
+        self._events: list[Event] = []
+        self._wake_events: collections.deque[tuple[str, Any]] = collections.deque()
+        self._selector: selectors.BaseSelector | None = None
+        self._listener: socket.socket | None = None
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self._deps: tuple[Any, ...] = ()
+        self._closed = False
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, ctx: ExecutorContext) -> None:
+        self.ctx = ctx
+        self.trainable = ctx.trainable
+        self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0))
+        bind = getattr(self.trainable, "_tuneplat_bind", None)
+        if bind is not None:  # tune.with_parameters: its objects go to the cluster once, not with every task
+            self.trainable, self._deps = bind(self.cluster.client)
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self.cluster.wait_for_workers()
+        self._refresh_ledger()
+        self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+        host = self.cluster.tuner_host()
+        self._listener = socket.create_server((host, 0), backlog=128)
+        self._listener.setblocking(False)
+        self._selector.register(self._listener, selectors.EVENT_READ, "accept")
+        self.tuner_addr = (host, self._listener.getsockname()[1])
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return self.cluster.dashboard_link if self.cluster is not None else None
+
+    @property
+    def client(self) -> Any:
+        assert self.cluster is not None
+        return self.cluster.client
+
+    def describe(self) -> str:
+        return f"the cluster has {self.ledger.describe()}, {len(self.ledger.quarantined)} quarantined"
+
+    def running(self) -> int:
+        return len(self.groups)
+
+    # ------------------------------------------------------------------ starting trials
+    def reserve(self) -> _Reservation | None:
+        runner = self._take_idle()  # an idle runner first: the trial starts in the Dask task already there
+        if runner is not None:
+            self._starved_since = None
+            return _Reservation(runner=runner)
+        ctx = self.ctx
+        placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
+        if placement is None and not self.groups:  # nothing running will free a slot: the cluster changed
+            assert self.cluster is not None
+            self.ledger.refresh(self.cluster.slots())
+            placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
+        if placement is None:
+            if not self.groups and self._starved_since is None:
+                self._starved_since = time.monotonic()
+            return None
+        self._starved_since = None
+        return _Reservation(placement=placement)
+
+    def unreserve(self, reservation: _Reservation) -> None:
+        if reservation.runner is not None:
+            self.idle.append(reservation.runner)  # dismissed at the next poll unless a trial comes
+        for a in reservation.placement or ():
+            self.ledger.release(a)
+
+    def start(self, spec: TrialSpec, reservation: _Reservation) -> list[str]:
+        runner = reservation.runner
+        placement = [runner.assignment] if runner is not None else list(reservation.placement or ())
+        token = secrets.token_bytes(16)
+        hosts: list[str] = []
+        for a in placement:
+            if a.host not in hosts:
+                hosts.append(a.host)
+        ranks = [_Rank(i, a) for i, a in enumerate(placement)]
+        group = _Group(spec.trial_id, spec.attempt, token, ranks)
+        self.groups[spec.trial_id] = group
+        self.tokens[token] = group
+        ctx = self.ctx
+        for r in ranks:
+            a = r.assignment
+            same_host = [x for x in placement if x.host == a.host]
+            rank_spec = RankSpec(
+                trial_id=spec.trial_id, trial_name=spec.name, experiment_name=ctx.experiment_name,
+                trial_dir=spec.path, attempt=spec.attempt, rank=r.index, world_size=ctx.world_size,
+                local_rank=same_host.index(a), local_world_size=len(same_host), node_rank=hosts.index(a.host),
+                tuner_addr=self.tuner_addr, token=token, config=dict(spec.config),
+                start_iteration=spec.start_iteration, time_offset=spec.time_offset,
+                checkpoint_path=spec.checkpoint_path, backend=ctx.backend or "gloo", gpu_ids=list(a.gpu_ids),
+                host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
+                abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
+            )
+            if runner is not None:
+                self._chain(runner, group, r, rank_spec)
+                continue
+            key = f"tuneplat-{spec.trial_id}-a{spec.attempt}-r{r.index}-{token.hex()[:6]}"
+            r.future = self.client.submit(run_rank, self.trainable, rank_spec, *self._deps, key=key,
+                                          workers=[a.address], allow_other_workers=False, pure=False, retries=0)
+            self.task_owner[r.future.key] = (group, r)
+            r.future.add_done_callback(lambda fut: self._wake(("task_done", fut)))
+        return [a.address for a in placement]
+
+    # ------------------------------------------------------------------ the loop's commands
+    def answer(self, trial_id: str, decision: Decision, *, save: bool = False) -> None:
+        group = self.groups.get(trial_id)
+        if group is None:
+            return
+        group.waiting_answer = None
+        if group.failure or group.aborted:
+            for r in group.ranks:
+                self._send(r, ("abort", group.abort_reason or "the trial's group is being torn down"))
+            return
+        reply: tuple[Any, ...] = ("decision", decision.value, True) if save else ("decision", decision.value)
+        for r in group.ranks:
+            self._send(r, reply)
+
+    def abort(self, trial_id: str, reason: str) -> None:
+        group = self.groups.get(trial_id)
+        if group is not None:
+            self._abort_group(group, reason)
+            for r in group.ranks:  # a rank not connected yet will never run user code: end its task
+                if r.conn is None and not r.task_done and r.future is not None and not r.ever_connected:
+                    try:
+                        r.future.cancel()
+                    except Exception:  # noqa: BLE001
+                        pass
+
+    def fail(self, trial_id: str, message: str) -> None:
+        """The loop found the trial's result invalid (a missing metric): end it as a failure."""
+        group = self.groups.get(trial_id)
+        if group is not None:
+            self._fail_group(group, message)
+            for r in group.ranks:
+                self._send(r, ("abort", message))
+
+    # ------------------------------------------------------------------ waiting
+    def poll(self, timeout: float | None) -> list[Event]:
+        self._dismiss_idle()  # runners the loop's last pass gave no trial leave their slots
+        if self._events:
+            timeout = 0.0
+        deadline = self._next_deadline()
+        if deadline is not None:
+            wait = max(0.0, deadline - time.monotonic())
+            timeout = wait if timeout is None else min(timeout, wait)
+        self._select(timeout)
+        self._drain_wake_events()
+        self._check_deadlines()
+        events, self._events = self._events, []
+        return events
+
+    def _select(self, timeout: float | None) -> None:
+        assert self._selector is not None
+        for key, _mask in self._selector.select(timeout):
+            if key.data == "accept":
+                self._accept()
+            elif key.data == "wake":
+                try:
+                    assert self._wake_r is not None
+                    self._wake_r.recv(4096)
+                except BlockingIOError:
+                    pass
+            else:
+                self._read(key.data)
+
+    def _next_deadline(self) -> float | None:
+        deadlines = []
+        for g in self.groups.values():
+            if not g.started_ok and not g.connected:
+                deadlines.append(g.started + self.start_timeout_s)
+            for r in g.ranks:
+                if r.conn is not None and not r.finished:
+                    deadlines.append(r.last_seen + self.hang_timeout_s + 0.01)
+        if self._refresh_at is not None:
+            deadlines.append(self._refresh_at)
+        if self._starved_since is not None:
+            deadlines.append(self._starved_since + self.starve_timeout_s + 0.01)
+        return min(deadlines) if deadlines else None
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        self._check_hangs(now)
+        if self._refresh_at is not None and now >= self._refresh_at:
+            self._refresh_ledger()
+        if self._starved_since is not None and not self.groups and now - self._starved_since > self.starve_timeout_s:
+            waited = now - self._starved_since
+            self._starved_since = None
+            self._events.append(Starved(f"no worker could take this trial for {waited:.0f}s ({self.describe()}); "
+                                        "TUNEPLAT_WORKER_WAIT_S sets this limit"))
+        for g in list(self.groups.values()):
+            if not g.started_ok and not g.connected and now - g.started > self.start_timeout_s:
+                missing = [r.index for r in g.ranks if r.conn is None and not r.finished]
+                for r in g.ranks:
+                    if r.conn is None and not r.finished:
+                        self.ledger.quarantine(r.assignment.address)  # until it leaves or restarts
+                self._fail_group(g, f"rank(s) {missing} did not start within {self.start_timeout_s:.0f}s of being "
+                                    "placed. Look at the Dask workers' logs: a worker that cannot import the "
+                                    "trainable's module logs 'Failed to deserialize' (install your code where the "
+                                    "workers run, or set PYTHONPATH for them); a dead worker is replaced by its "
+                                    "nanny. TUNEPLAT_START_TIMEOUT_S sets this limit")
+                for r in g.ranks:
+                    if r.conn is None and not r.finished:
+                        r.finished = "dead"
+                        self._forget_rank(r)
+                self._maybe_end_group(g)
+
+    def teardown(self, reason: str, timeout: float = 30.0) -> list[Event]:
+        self._dismiss_idle()
+        for g in list(self.groups.values()):
+            self._abort_group(g, reason)
+            for r in g.ranks:
+                if r.conn is None and not r.task_done and r.future is not None:
+                    try:
+                        r.future.cancel()
+                    except Exception:  # noqa: BLE001
+                        pass
+        deadline = time.monotonic() + timeout
+        while self.groups and time.monotonic() < deadline:
+            self._select(max(0.0, deadline - time.monotonic()))
+            self._drain_wake_events()
+        for g in list(self.groups.values()):  # still not gone: forget them (their tasks are cancelled)
+            self.groups.pop(g.trial_id, None)
+            self._events.append(Ended(g.trial_id, Outcome.ABORTED, reason))
+        self._dismiss_idle()
+        events, self._events = self._events, []
+        return events
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._dismiss_idle()
+        except Exception:  # noqa: BLE001 - closing anyway
+            logger.debug("tuneplat: dismissing idle runners failed", exc_info=True)
+        selector = self._selector
+        if selector is not None:
+            # ranks still connected (e.g. one that said hello while an interrupt tore the experiment down) must
+            # see the tuner go now, not when this object is garbage-collected: a rank waiting for "go" would hold
+            # its Dask worker until then
+            for key in list(selector.get_map().values()):
+                if isinstance(key.data, _Conn):
+                    try:
+                        key.data.sock.close()
+                    except OSError:
+                        pass
+            selector.close()
+        for s in (self._listener, self._wake_r, self._wake_w):
+            if s is not None:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+        if self.cluster is not None:
+            try:
+                self.cluster.close()
+            except Exception:  # noqa: BLE001 - the caller is closing after an error already
+                logger.warning("tuneplat: closing the Dask cluster failed", exc_info=True)
+
+    # ------------------------------------------------------------------ chained trials (idle runners)
+    def _park(self, rank: _Rank) -> None:
+        """A single-rank trial ended on a healthy runner that waits for more: keep it, and its slot, for now."""
+        rank.released = True  # the slot passes to whatever this runner does next (see _unpark)
+        rank.parked = True
+        self.idle.append(rank)
+
+    def _unpark(self, rank: _Rank, bye: bool) -> None:
+        """The runner leaves: "bye" (or nothing, its connection is gone) and its slot is free."""
+        self.idle = [r for r in self.idle if r is not rank]
+        rank.parked = False
+        if bye and rank.conn is not None:
+            try:
+                send_msg(rank.conn, ("bye",))
+            except OSError:
+                pass
+        if rank.channel is not None:
+            self._drop_conn(rank.channel)
+        rank.conn = None
+        rank.channel = None
+        self.ledger.release(rank.assignment)
+
+    def _take_idle(self) -> _Rank | None:
+        """An idle runner that can take a trial: its connection is open and its worker still placeable."""
+        while self.idle:
+            rank = self.idle.pop()
+            addr = rank.assignment.address
+            if (rank.conn is not None and rank.future is not None and addr in self.ledger.slots
+                    and addr not in self.ledger.quarantined):
+                return rank
+            self._unpark(rank, bye=True)
+        return None
+
+    def _dismiss_idle(self) -> None:
+        while self.idle:
+            self._unpark(self.idle[-1], bye=True)
+
+    def _chain(self, runner: _Rank, group: _Group, rank: _Rank, spec: RankSpec) -> None:
+        """Run ``group``'s single rank in the Dask task of ``runner`` (an idle runner of an ended trial).
+
+        The rank takes over the runner's task, connection and slot; ("next", spec)
+        counts as "hello" + "go" of a submitted rank, and the runner acknowledges it
+        with ("started",) before user code runs (until then a lost worker is not the
+        trial's failure: see ``_lost_before_start``).
+        """
+        runner.parked = False
+        rank.future, runner.future = runner.future, None
+        rank.conn, runner.conn = runner.conn, None
+        rank.channel, runner.channel = runner.channel, None
+        rank.pid, rank.hostname = runner.pid, runner.hostname
+        rank.ever_connected = True
+        rank.chained = True
+        rank.started_ack = False
+        rank.last_seen = time.monotonic()
+        assert rank.channel is not None and rank.future is not None
+        rank.channel.group, rank.channel.rank = group, rank
+        self.task_owner[rank.future.key] = (group, rank)
+        group.go_sent = True
+        self._send(rank, ("next", spec))
+        self._events.append(Started(group.trial_id))
+
+    # ------------------------------------------------------------------ I/O
+    def _wake(self, event: tuple[str, Any]) -> None:
+        self._wake_events.append(event)
+        try:
+            if self._wake_w is not None:
+                self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        assert self._listener is not None and self._selector is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except BlockingIOError:
+                return
+            sock.setblocking(True)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._selector.register(sock, selectors.EVENT_READ, _Conn(sock))
+
+    def _drop_conn(self, conn: _Conn) -> None:
+        try:
+            assert self._selector is not None
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(1 << 20)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop_conn(conn)
+            if conn.rank is not None and conn.rank.parked:  # an idle runner left (its worker died, it timed out)
+                self._unpark(conn.rank, bye=False)
+                return
+            if conn.rank is not None and conn.group is not None:
+                conn.rank.conn = None
+                conn.rank.channel = None
+                if conn.rank.finished is None and conn.group.aborted and conn.group.failure is None:
+                    conn.rank.finished = "aborted"  # we ended it (a lost peer before start, an interrupt)
+                elif conn.rank.finished is None and not conn.rank.started_ack:
+                    # a chained rank's runner went away before it acknowledged "next": no user code ran
+                    self._lost_before_start(conn.group, conn.rank)
+                    return
+                elif conn.rank.finished is None:
+                    conn.rank.finished = "dead"
+                    self._fail_group(conn.group, f"rank {conn.rank.index} on {conn.rank.assignment.address} lost "
+                                                 "its connection (its process or Dask worker died)")
+                    self._forget_rank(conn.rank)
+                self._maybe_end_group(conn.group)
+            return
+        try:
+            frames = conn.reader.feed(data)
+        except ValueError:
+            self._drop_conn(conn)
+            return
+        if conn.rank is not None:
+            conn.rank.last_seen = time.monotonic()
+        for frame in frames:
+            if not conn.reader.authenticated:
+                group = self.tokens.get(frame)
+                if group is None or group.ended:
+                    self._drop_conn(conn)  # unknown peer: unpickle nothing from it
+                    return
+                conn.reader.authenticated = True
+                conn.group = group
+                continue
+            self._on_message(conn, pickle.loads(frame))
+
+    def _send(self, rank: _Rank, msg: Any) -> None:
+        if rank.conn is None:
+            return
+        try:
+            send_msg(rank.conn, msg)
+        except OSError:
+            pass
+
+    def _on_message(self, conn: _Conn, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "ping":  # (a chained runner's last ping of its previous trial may come after "done")
+            return
+        group = conn.group
+        assert group is not None
+        if kind == "hello":
+            rank = group.ranks[msg[1]]
+            rank.conn = conn.sock
+            rank.channel = conn
+            rank.pid, rank.hostname = msg[2], msg[3]
+            rank.ever_connected = True
+            rank.last_seen = time.monotonic()
+            conn.rank = rank
+            if group.aborted:
+                self._send(rank, ("abort", group.abort_reason or "the trial's group is being torn down"))
+                if not group.go_sent:
+                    rank.finished = "done"  # it runs no user code; its closing connection is expected
+                return
+            first = not group.go_sent
+            group.go_sent = True
+            self._send(rank, ("go",))
+            if rank.index > 0 and group.rendezvous is not None:
+                self._send(rank, group.rendezvous)
+            if first:
+                self._events.append(Started(group.trial_id))
+        elif kind == "rendezvous":
+            group.rendezvous = msg
+            for r in group.ranks[1:]:
+                self._send(r, msg)
+        elif kind == "report":
+            _, iteration, result, staged = msg
+            assert conn.rank is not None
+            group.reports.setdefault(iteration, {})[conn.rank.index] = (result, staged)
+            if len(group.reports[iteration]) == len(group.ranks):
+                reports = group.reports.pop(iteration)
+                if group.failure or group.aborted:
+                    for r in group.ranks:
+                        self._send(r, ("abort", group.abort_reason or "the trial's group is being torn down"))
+                    return
+                group.waiting_answer = iteration
+                self._events.append(Reported(group.trial_id, iteration, reports[0][0],
+                                             any(s for _, s in reports.values())))
+        elif kind == "started":
+            assert conn.rank is not None
+            conn.rank.started_ack = True
+        elif kind == "done":
+            assert conn.rank is not None
+            conn.rank.finished = "done"
+            conn.rank.offers_next = len(msg) > 1 and bool(msg[1])
+            self._maybe_end_group(group)
+        elif kind == "error":
+            assert conn.rank is not None
+            conn.rank.finished = "error"
+            conn.rank.offers_next = len(msg) > 3 and bool(msg[3])
+            self._fail_group(group, f"rank {conn.rank.index}: {msg[1]}", msg[2])
+            self._maybe_end_group(group)
+
+    def _drain_wake_events(self) -> None:
+        while self._wake_events:
+            kind, payload = self._wake_events.popleft()
+            if kind == "cluster_changed":
+                self._refresh_ledger()
+                continue
+            if kind != "task_done":
+                continue
+            owner = self.task_owner.pop(payload.key, None)
+            if owner is None:
+                continue
+            group, rank = owner
+            if rank.future is not payload:
+                continue  # (the task was handed on; its owner's record says so)
+            if rank.parked:  # an idle runner's task ended: it takes no trial; its slot is free
+                rank.future = None
+                self._unpark(rank, bye=False)
+                continue
+            rank.task_done = True
+            fut, rank.future = rank.future, None
+            if rank.finished is None and not rank.started_ack:
+                # a chained rank whose task ended before it acknowledged "next": no user code ran
+                self._lost_before_start(group, rank)
+                continue
+            self._release(rank)
+            if fut is not None and fut.status == "error" and rank.finished is None:
+                exc = fut.exception()
+                if rank.conn is None and not rank.ever_connected and type(exc).__name__ == "KilledWorker":
+                    # Its worker died before this rank ran any user code: not the trial's failure; place it again.
+                    self._lost_before_start(group, rank)
+                    continue
+                rank.finished = "error"
+                tb = "".join(traceback.format_exception(exc)) if exc else None
+                self._fail_group(group, f"rank {rank.index} failed on its Dask worker: {type(exc).__name__}: {exc}",
+                                 tb)
+            elif rank.finished is None:
+                rank.finished = "dead" if fut is not None and fut.status == "cancelled" else "done"
+            self._maybe_end_group(group)
+
+    # ------------------------------------------------------------------ failures and hangs
+    def _lost_before_start(self, group: _Group, rank: _Rank) -> None:
+        """``rank``'s worker or runner went away before any of its user code ran: the trial is placed again."""
+        rank.finished = "lost"
+        group.lost_before_start = True
+        if rank.channel is not None:
+            self._drop_conn(rank.channel)
+        rank.conn = None
+        rank.channel = None
+        self._forget_rank(rank)
+        self._abort_group(group, "a rank's worker was lost before the trial started")
+        self._maybe_end_group(group)
+
+    def _lose_unstarted_ranks_on(self, gone: set[str]) -> None:
+        """Ranks placed on workers that left before they started will never start: place them again."""
+        for g in list(self.groups.values()):
+            hit = [r for r in g.ranks if r.assignment.address in gone and r.conn is None and not r.finished
+                   and not r.ever_connected]
+            if not hit:
+                continue
+            for r in hit:
+                r.finished = "lost"
+                if r.future is not None:
+                    try:
+                        r.future.cancel()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    r.future = None
+                r.task_done = True
+                self._release(r)
+            g.lost_before_start = True
+            self._abort_group(g, "a rank's worker left the cluster before the trial started")
+            self._maybe_end_group(g)
+
+    def _check_hangs(self, now: float) -> None:
+        for g in list(self.groups.values()):
+            for r in g.ranks:
+                if r.conn is None or r.finished or now - r.last_seen <= self.hang_timeout_s:
+                    continue
+                silent = now - r.last_seen
+                if r.started_ack:
+                    r.finished = "dead"
+                    self._fail_group(g, f"rank {r.index} on {r.assignment.address} sent nothing for {silent:.0f}s "
+                                        f"(hung or stopped, e.g. SIGSTOP; TUNEPLAT_HEARTBEAT_TIMEOUT_S="
+                                        f"{self.hang_timeout_s:g}); its worker process is restarted")
+                else:  # a chained rank whose runner never took it (stuck after its previous trial)
+                    r.finished = "lost"
+                    g.lost_before_start = True
+                    self._abort_group(g, "the rank's runner did not take the trial")
+                conn_sock = r.conn
+                r.conn = None
+                r.channel = None
+                try:
+                    assert self._selector is not None
+                    self._selector.unregister(conn_sock)
+                    conn_sock.close()
+                except (KeyError, ValueError, OSError):
+                    pass
+                self.ledger.quarantine(r.assignment.address)
+                self._restart_worker(r)
+                self._forget_rank(r)
+                self._maybe_end_group(g)
+
+    def _restart_worker(self, rank: _Rank) -> None:
+        """End a hung worker process so its nanny starts a fresh one.
+
+        On this host the process is SIGKILLed directly (a SIGSTOPped process
+        ignores the nanny's polite SIGTERM); elsewhere the nanny is asked to
+        restart it, in the background because it can take seconds.
+        """
+        address = rank.assignment.address
+        if rank.pid and rank.hostname == socket.gethostname():
+            try:
+                os.kill(rank.pid, signal.SIGKILL)
+                return
+            except OSError:
+                pass
+        client = self.client
+
+        def restart() -> None:
+            try:
+                client.restart_workers([address], timeout=60, raise_for_error=False)
+            except Exception as exc:  # noqa: BLE001 - best effort; the ledger drops the worker anyway
+                logger.warning("tuneplat: could not restart hung worker %s: %s", address, exc)
+            self._wake(("cluster_changed", address))
+
+        threading.Thread(target=restart, name="tuneplat-restart-worker", daemon=True).start()
+
+    def _release(self, rank: _Rank) -> None:
+        if rank.released:
+            return
+        rank.released = True
+        self.ledger.release(rank.assignment)
+
+    def _forget_rank(self, rank: _Rank) -> None:
+        """A rank whose process died: its task will never report done; free its slot now."""
+        if rank.future is not None and not rank.task_done:
+            try:
+                rank.future.cancel()
+            except Exception:  # noqa: BLE001
+                pass
+        rank.task_done = True
+        self._release(rank)
+        self._refresh_ledger()
+
+    def _refresh_ledger(self) -> None:
+        """Re-read the cluster's workers; while it has fewer than before (a nanny restarting a
+        worker, a node coming back), look again shortly."""
+        assert self.cluster is not None
+        before = set(self.ledger.slots)
+        self.ledger.refresh(self.cluster.slots())
+        self._last_refresh = time.monotonic()
+        gone = before - set(self.ledger.slots)
+        if gone:
+            self._lose_unstarted_ranks_on(gone)
+        self.max_slots = max(self.max_slots, len(self.ledger.slots))
+        self._refresh_at = time.monotonic() + 0.25 if len(self.ledger.slots) < self.max_slots else None
+
+    def _fail_group(self, group: _Group, message: str, tb: str | None = None) -> None:
+        if group.failure is None:
+            group.failure = (message, tb)
+            self._events.append(RankFailed(group.trial_id, group.attempt, message))
+        self._abort_group(group, "another rank of this trial failed")
+
+    def _abort_group(self, group: _Group, reason: str) -> None:
+        if group.aborted:
+            return
+        group.aborted = True
+        group.abort_reason = reason
+        for r in group.ranks:
+            if r.finished is None and r.conn is not None:
+                self._send(r, ("abort", reason))
+                r.conn_shut = True
+                try:
+                    r.conn.shutdown(socket.SHUT_RDWR)  # a rank blocked in recv() wakes up at once
+                except OSError:
+                    pass
+
+    def _maybe_end_group(self, group: _Group) -> None:
+        if group.ended or not all(r.finished for r in group.ranks):
+            return
+        # A single-rank runner that offers to take more is parked (the loop's next launch pass hands it the
+        # next trial, or the next poll sends it "bye"); other ranks that said "done"/"error" are leaving
+        # run_rank: their slots are free now.
+        parked = False
+        for r in group.ranks:
+            if (r.offers_next and not r.conn_shut and r.conn is not None and r.channel is not None
+                    and r.future is not None and len(group.ranks) == 1):
+                self._park(r)
+                parked = True
+            elif r.finished in ("done", "error", "aborted"):
+                self._release(r)
+        group.ended = True
+        self.groups.pop(group.trial_id, None)
+        if not parked and time.monotonic() - self._last_refresh > 1.0:
+            self._refresh_ledger()  # workers may have left: look before placing more (a parked runner's is there)
+        self.tokens.pop(group.token, None)
+        if group.failure is not None:
+            outcome, (message, tb) = Outcome.FAILED, group.failure
+        elif group.lost_before_start:
+            outcome, message, tb = Outcome.NOT_STARTED, "a worker was lost before the trial started", None
+        elif group.aborted:
+            outcome, message, tb = Outcome.ABORTED, group.abort_reason, None
+        else:
+            outcome, message, tb = Outcome.FINISHED, None, None
+        self._events.append(Ended(group.trial_id, outcome, message, tb))

@@ -1,0 +1,194 @@
+"""The seam between the tuner's loop and whatever runs trials.
+
+The loop (``tuneplat/core``) speaks to a :class:`TrialExecutor` in trial ids and
+plain messages: reserve room, start a trial from its :class:`TrialSpec`, answer a
+report with a decision, abort; and it reads a stream of events back
+(:class:`Started`, :class:`Reported`, :class:`RankFailed`, :class:`Ended`,
+:class:`Starved`). It never sees a socket, a Dask future or a process.
+
+Two executors ship: the Dask one (``execution/_dask_executor.py``: real worker
+processes, the rank channel, gang placement, chaining) and the virtual-time one
+(``tuneplat.testing.VirtualTimeExecutor``: learning curves replayed in
+simulated time, for tests and for ``tuneplat simulate``).
+
+This module imports only the standard library and ``schedulers``.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from schedulers import Decision
+
+__all__ = [
+    "Ended",
+    "Event",
+    "ExecutorContext",
+    "Outcome",
+    "RankFailed",
+    "Reported",
+    "Started",
+    "Starved",
+    "TrialExecutor",
+    "TrialSpec",
+]
+
+
+class Outcome(enum.Enum):
+    """How a trial's attempt (its worker group) ended."""
+
+    #: every rank returned: by itself, or after a STOP/PAUSE decision
+    FINISHED = "finished"
+    #: a rank raised, died, hung or could not start: counts against ``max_failures``
+    FAILED = "failed"
+    #: lost before any user code ran (a worker left): placed again, not an attempt
+    NOT_STARTED = "not_started"
+    #: the loop aborted it (time budget, Ctrl-C, fail-fast) and it went
+    ABORTED = "aborted"
+
+    def counts_as_attempt(self) -> bool:
+        return self is not Outcome.NOT_STARTED
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What an executor needs to start one attempt of a trial."""
+
+    trial_id: str
+    name: str
+    path: str
+    attempt: int
+    config: Mapping[str, Any]
+    start_iteration: int = 0
+    time_offset: float = 0.0
+    checkpoint_path: str | None = None
+    remote_trial_dir: str | None = None
+
+
+@dataclass
+class ExecutorContext:
+    """What stays the same for every trial of an experiment (given once, to :meth:`TrialExecutor.setup`)."""
+
+    trainable: Any
+    experiment_name: str
+    experiment_dir: str
+    request: Mapping[str, float]
+    world_size: int
+    placement_strategy: str = "PACK"
+    backend: str | None = None
+    metric: Any = None
+    storage_fs: Any = None
+    #: the user's trainable before tuneplat wrapped it (the virtual-time executor runs this one)
+    raw_trainable: Any = None
+    say: Any = None  # callable(str): a line for the user's terminal (the progress reporter)
+
+
+@dataclass(frozen=True)
+class Started:
+    """Every rank of the trial's group is up and runs user code."""
+
+    trial_id: str
+
+
+@dataclass(frozen=True)
+class Reported:
+    """Every rank reported ``iteration``; the loop must :meth:`~TrialExecutor.answer` it."""
+
+    trial_id: str
+    iteration: int
+    result: dict[str, Any]
+    staged: bool = False  # the ranks staged a checkpoint of this iteration: commit it
+
+
+@dataclass(frozen=True)
+class RankFailed:
+    """A rank failed; the group is being torn down (an :class:`Ended` follows)."""
+
+    trial_id: str
+    attempt: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The trial's group is gone: every rank finished, failed or was lost."""
+
+    trial_id: str
+    outcome: Outcome
+    message: str | None = None
+    traceback: str | None = None
+
+
+@dataclass(frozen=True)
+class Starved:
+    """Nothing runs and no trial could be placed for the executor's wait limit."""
+
+    message: str
+
+
+Event = Started | Reported | RankFailed | Ended | Starved
+
+
+class TrialExecutor(abc.ABC):
+    """Runs trials for the loop. One loop thread calls every method."""
+
+    @abc.abstractmethod
+    def setup(self, ctx: ExecutorContext) -> None:
+        """Connect (or start) what runs trials; raise if a trial can never fit."""
+
+    @abc.abstractmethod
+    def reserve(self) -> Any | None:
+        """Room for one more trial, held until :meth:`start` or :meth:`unreserve`; None if there is none now."""
+
+    @abc.abstractmethod
+    def unreserve(self, reservation: Any) -> None:
+        """Give back a reservation that no trial took."""
+
+    @abc.abstractmethod
+    def start(self, spec: TrialSpec, reservation: Any) -> list[str]:
+        """Start one attempt of a trial on ``reservation``; returns where its ranks run (for the record)."""
+
+    @abc.abstractmethod
+    def answer(self, trial_id: str, decision: Decision, *, save: bool = False) -> None:
+        """Answer the trial's pending report (``save``: checkpoint now, for class trainables)."""
+
+    @abc.abstractmethod
+    def abort(self, trial_id: str, reason: str) -> None:
+        """End the trial's group now (its ranks see ``reason``); an :class:`Ended` follows."""
+
+    @abc.abstractmethod
+    def fail(self, trial_id: str, message: str) -> None:
+        """End the trial's group as a failure (the loop found its result invalid); an :class:`Ended` follows."""
+
+    @abc.abstractmethod
+    def poll(self, timeout: float | None) -> list[Event]:
+        """Wait up to ``timeout`` seconds (None: until something happens) and return what happened."""
+
+    @abc.abstractmethod
+    def running(self) -> int:
+        """How many trials have a live group."""
+
+    @abc.abstractmethod
+    def teardown(self, reason: str, timeout: float = 30.0) -> list[Event]:
+        """Abort every group and wait (up to ``timeout``) until they are gone; returns the events meanwhile."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release everything (idempotent; must not raise)."""
+
+    def now(self) -> float:
+        """The executor's clock (monotonic seconds): wall time, or virtual time."""
+        import time
+
+        return time.monotonic()
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return None
+
+    def describe(self) -> str:
+        return type(self).__name__
