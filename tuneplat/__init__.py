@@ -9,19 +9,18 @@ Porting a Ray Tune script is mostly changing imports::
 from __future__ import annotations
 
 from . import schedulers, search, stopper, train
-from ._user_callbacks import Callback
 from ._checkpoint import Checkpoint
 from ._compat import CLIReporter, JupyterNotebookReporter, SyncConfig
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
-from .core import TuneError
 from ._journal import read_journal
 from ._result import Result, ResultGrid, TrialError
 from ._run import ExperimentAnalysis, run
 from ._trainable import Trainable
 from ._trial import TrialStatus
 from ._tuner import Tuner
-from .stopper import Stopper
+from ._user_callbacks import Callback
 from ._wrappers import with_parameters, with_resources
+from .core import TuneError
 from .execution._cluster import PlacementError
 from .search import (
     choice,
@@ -39,6 +38,7 @@ from .search import (
     uniform,
 )
 from .search._space import SearchSpaceError
+from .stopper import Stopper
 from .train import TorchTrainer, get_checkpoint, get_context, report
 
 __version__ = "0.1.0"

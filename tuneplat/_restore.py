@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import pickletools
 from typing import Any
 
+import cloudpickle
+
 from ._checkpoint import Checkpoint
-from ._journal import read_journal
+from ._journal import JournalError, read_journal
 from ._storage import fs_for_url, is_remote, remote_is_committed
 from ._trial import Trial, TrialStatus
 
-__all__ = ["load_trials", "load_tuner_state", "prepare_resume", "save_tuner_state"]
+__all__ = ["TunerStateError", "load_trials", "load_tuner_state", "prepare_resume", "restore_problem", "save_tuner_state",
+           "tuner_state_problem"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -21,8 +24,6 @@ STATE_FILE = "tuner.pkl"
 
 def save_tuner_state(experiment_dir: str, state: dict[str, Any]) -> None:
     """Pickle the Tuner's arguments (atomically) so restore needs only the trainable."""
-    import cloudpickle
-
     os.makedirs(experiment_dir, exist_ok=True)
     tmp = os.path.join(experiment_dir, f".{STATE_FILE}.tmp")
     try:
@@ -38,14 +39,73 @@ def save_tuner_state(experiment_dir: str, state: dict[str, Any]) -> None:
     os.replace(tmp, os.path.join(experiment_dir, STATE_FILE))
 
 
-def load_tuner_state(experiment_dir: str) -> dict[str, Any]:
-    import cloudpickle
+class TunerStateError(RuntimeError):
+    """``tuner.pkl`` is damaged (it holds the Tuner's settings for restore)."""
 
+
+def _state_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a whole pickle, found by reading its opcodes (nothing is executed)."""
+    if not data:
+        return "it is empty"
+    try:
+        ops = [op for op, _arg, _pos in pickletools.genops(data)]
+        last = ops[-1] if ops else None
+    except Exception as exc:  # noqa: BLE001 - any parse error means damage
+        return f"it is not a whole pickle ({exc})"
+    if last is None or last.name != "STOP":
+        return "it is cut short"
+    return None
+
+
+def tuner_state_problem(experiment_dir: str) -> str | None:
+    """What is wrong with the folder's ``tuner.pkl`` (None: absent or whole); it is not unpickled."""
+    path = os.path.join(experiment_dir, STATE_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path} cannot be read: {exc}"
+    problem = _state_problem(data)
+    return f"{path} is damaged: {problem}" if problem else None
+
+
+def restore_problem(experiment_dir: str) -> str | None:
+    """Why :meth:`Tuner.restore` could not read this folder (None: it can)."""
+    journal = os.path.join(experiment_dir, "journal.jsonl")
+    if not os.path.isfile(journal):
+        return f"{experiment_dir} has no journal.jsonl: not a tuneplat experiment folder (pass the folder storage_path/name)"
+    try:
+        read_journal(journal)
+    except (JournalError, OSError, UnicodeDecodeError) as exc:
+        return str(exc)
+    return tuner_state_problem(experiment_dir)
+
+
+def load_tuner_state(experiment_dir: str) -> dict[str, Any]:
+    """The Tuner's saved settings ({} if none were saved).
+
+    Raises:
+        TunerStateError: naming the file, when it is damaged.
+    """
     path = os.path.join(experiment_dir, STATE_FILE)
     if not os.path.exists(path):
         return {}
+    problem = tuner_state_problem(experiment_dir)
+    hint = ("It holds the Tuner's settings: pass param_space=, tune_config= and run_config= to Tuner.restore(...) "
+            "instead, or remove the file if you do.")
+    if problem:
+        raise TunerStateError(f"{problem}. {hint}")
     with open(path, "rb") as f:
-        return cloudpickle.loads(f.read())  # noqa: S301 - our own file, in the user's experiment folder
+        data = f.read()
+    try:
+        state = cloudpickle.loads(data)  # noqa: S301 - our own file, in the user's experiment folder
+    except Exception as exc:  # noqa: BLE001 - e.g. a class that no longer imports
+        raise TunerStateError(f"{path} cannot be loaded ({type(exc).__name__}: {exc}). {hint}") from None
+    if not isinstance(state, dict):
+        raise TunerStateError(f"{path} holds a {type(state).__name__}, not the Tuner's settings. {hint}")
+    return state
 
 
 def _config(event: dict[str, Any], key: str = "config") -> dict[str, Any]:

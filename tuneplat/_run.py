@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TuneConfig
-from .core import TuneError
 from ._result import Result, ResultGrid
+from .core import TuneError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -10,9 +10,21 @@ from typing import Any
 
 from ._config import RunConfig, ScalingConfig, TuneConfig
 from ._function import report_returns
-from ._restore import save_tuner_state
+from ._restore import TunerStateError, load_tuner_state, prepare_resume, restore_problem, save_tuner_state
 from ._result import Result, ResultGrid, TrialError
-from ._storage import CheckpointStore, ExperimentSync, FsspecCheckpointStore, LocalCheckpointStore
+from ._storage import (
+    CheckpointStore,
+    ExperimentSync,
+    FsspecCheckpointStore,
+    LocalCheckpointStore,
+    fetch_experiment,
+    fs_for_url,
+    is_remote,
+    local_cache_for,
+    resolve_storage,
+    resolve_storage_path,
+    rjoin,
+)
 from ._trainable import Trainable, TrainableFunction, for_run
 from ._trial import Trial, TrialStatus
 from ._user_callbacks import adapt_callbacks
@@ -46,8 +58,6 @@ def _check_picklable(trainable: Any) -> None:
 
 
 def _local_path(storage_path: str | None) -> str:
-    from ._storage import resolve_storage_path
-
     return resolve_storage_path(storage_path)
 
 
@@ -131,8 +141,6 @@ class Tuner:
         self._executor = executor
         self._raw_trainable = trainable
         self._resume = _resume
-        from ._storage import resolve_storage
-
         storage = resolve_storage(self.run_config.storage_path, self.run_config.storage_filesystem)
         self._storage_fs = storage.fs
         if _resume is not None:
@@ -178,11 +186,13 @@ class Tuner:
         with ExperimentLock(self.experiment_dir):  # refuse a second Tuner on this experiment before touching it
             callbacks = (make_callbacks(self.run_config, self.experiment_name)
                          + adapt_callbacks(self.run_config.callbacks))
+            syncer = None
             if self._remote_dir is not None:
                 store: CheckpointStore = FsspecCheckpointStore(self._storage_fs, self._remote_dir)
                 syncer = ExperimentSync(self.experiment_dir, self._storage_fs, self._remote_dir)
             else:
-                store, syncer = LocalCheckpointStore(), None
+                store = LocalCheckpointStore()
+            store = executor.checkpoint_store() or store
             loop = TuneLoop(
                 trainable=self.trainable, param_space=self.param_space, tune_config=self.tune_config,
                 run_config=self.run_config, scaling_config=self.scaling_config, experiment_dir=self.experiment_dir,
@@ -239,21 +249,23 @@ class Tuner:
 
     @classmethod
     def can_restore(cls, path: str | os.PathLike[str], storage_filesystem: Any = None) -> bool:
-        """Whether ``path`` (a folder or a remote URL) holds an experiment journal to restore from."""
-        from ._storage import fs_for_url, is_remote, rjoin
+        """Whether ``path`` (a folder or a remote URL) holds an experiment that :meth:`restore` can read.
 
+        A local folder is checked whole: its journal must parse into events of the right shape, and its
+        ``tuner.pkl`` (if any) must be a whole pickle (checked without unpickling it).
+        """
         p = os.fspath(path)
         if storage_filesystem is not None or is_remote(p):
             fs = storage_filesystem if storage_filesystem is not None else fs_for_url(p)[0]
             return bool(fs.exists(rjoin(fs.unstrip_protocol(fs._strip_protocol(p)), "journal.jsonl")))
-        return os.path.isfile(os.path.join(_local_path(p), "journal.jsonl"))
+        return restore_problem(_local_path(p)) is None
 
     @classmethod
     def restore(cls, path: str | os.PathLike[str], trainable: Callable[..., Any] | Any, *, resume_unfinished: bool = True,
                 resume_errored: bool = False, restart_errored: bool = False, param_space: Mapping[str, Any] | None = None,
                 tune_config: TuneConfig | None = None, run_config: RunConfig | None = None,
                 scaling_config: ScalingConfig | None = None, client: Any = None,
-                storage_filesystem: Any = None) -> Tuner:
+                storage_filesystem: Any = None, executor: TrialExecutor | None = None) -> Tuner:
         """Continue an experiment that was interrupted or crashed.
 
         Finished trials are kept, unfinished ones resume from their latest
@@ -269,8 +281,6 @@ class Tuner:
             storage_filesystem: the fsspec filesystem of a remote ``path``
                 (``s3://bucket/results/exp``); default: fsspec's for the URL.
         """
-        from ._restore import load_tuner_state, prepare_resume
-        from ._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
 
         p = os.fspath(path)
         remote_dir = None
@@ -284,10 +294,17 @@ class Tuner:
             p = local_cache_for(remote_dir)
             fetch_experiment(fs, remote_dir, p)  # the remote copy is the truth: refresh the local cache
         path = _local_path(p)
-        if not cls.can_restore(path):
+        if not os.path.isfile(os.path.join(path, "journal.jsonl")):
             raise FileNotFoundError(f"{path} has no journal.jsonl: not a tuneplat experiment folder "
                                     "(pass the folder storage_path/name).")
-        saved = load_tuner_state(path)
+        try:
+            saved = load_tuner_state(path)
+        except TunerStateError:
+            if param_space is None or tune_config is None or run_config is None:
+                raise
+            logger.warning("tuneplat: %s is damaged; restoring with the settings given to Tuner.restore",
+                           os.path.join(path, "tuner.pkl"))
+            saved = {}
         trials = prepare_resume(path, resume_errored=resume_errored, restart_errored=restart_errored, storage_fs=fs)
         rc = run_config or saved.get("run_config")
         if fs is not None and rc is not None:
@@ -299,14 +316,12 @@ class Tuner:
             trainable, param_space=param_space if param_space is not None else saved.get("param_space"),
             tune_config=tune_config or saved.get("tune_config"), run_config=rc,
             scaling_config=scaling_config or (None if resources_of(trainable) else saved.get("scaling_config")),
-            client=client, _resume=(path, trials, remote_dir),
+            client=client, executor=executor, _resume=(path, trials, remote_dir),
         )
 
 
 def result_grid(trials: list[Trial], metric: Any, mode: Any, experiment_dir: str, storage_fs: Any = None,
                  remote_dir: str | None = None) -> ResultGrid:
-    from ._storage import rjoin
-
     results = []
     for t in trials:
         err = TrialError(t.error, t.error_traceback, t.trial_id) if t.status == TrialStatus.ERROR else None

@@ -118,21 +118,28 @@ def test_pbt_clones_perturbs_and_resumes_from_the_cloned_checkpoint(dask_client,
     checked = 0
     for r in results:
         its = _iterations(r)
-        assert its == list(range(1, len(its) + 1)), (r.trial_id, its)  # its own count goes on, no gap
-        df = frames[r.trial_id]
+        # As in Ray, a clone goes on from the source checkpoint's training_iteration (the scheduler took over
+        # the source's clock): the count steps by one except where an exploit restarted it
+        jumps = [b for a, b in zip(its, its[1:]) if b != a + 1]
+        assert len(jumps) <= len(r.lineage), (r.trial_id, its)
+        rows = frames[r.trial_id].to_dict("records")
+        j = 0
         for ev in r.lineage:
             assert ev["trial_id"] == r.trial_id and ev["from_trial"] != r.trial_id
-            # the first result after the exploit continues from the source's checkpoint at from_iteration:
-            # the state the source had when it reported that iteration
-            after = df[df["training_iteration"] == ev["iteration"] + 1]
-            if len(after):
-                row = after.iloc[0]
+            # the exploit came after the trial's result of ev["iteration"]; the next result continues from the
+            # source's checkpoint at from_iteration: the state the source had when it reported that iteration
+            while j < len(rows) and rows[j]["training_iteration"] != ev["iteration"]:
+                j += 1
+            if j + 1 < len(rows):
+                row = rows[j + 1]
                 src = frames[ev["from_trial"]]
                 src_row = src[src["training_iteration"] == ev["from_iteration"]].iloc[-1]
+                assert row["training_iteration"] == ev["from_iteration"] + 1
                 assert row["ckpt_trial"] == ev["from_trial"]
                 assert row["ckpt_step"] == src_row["own_step"]
                 assert row["own_step"] == src_row["own_step"] + 1
                 checked += 1
+            j += 1
         if r.lineage:  # the trial ends with the config of its last exploit
             assert r.config == r.lineage[-1]["new_config"]
     assert checked >= 1

@@ -180,6 +180,10 @@ class TrialExecutor(abc.ABC):
     def close(self) -> None:
         """Release everything (idempotent; must not raise)."""
 
+    def checkpoint_store(self) -> Any | None:
+        """The :class:`~tuneplat._storage.CheckpointStore` this executor's trials need (None: the storage's own)."""
+        return None
+
     def now(self) -> float:
         """The executor's clock (monotonic seconds): wall time, or virtual time."""
         import time

@@ -1,0 +1,282 @@
+"""``tuneplat simulate``: what another scheduler would have spent and found on an experiment you already ran.
+
+The recorded learning curves (the journal's results, superseded ones left
+out) are replayed through the real tuner in virtual time
+(:class:`~tuneplat.testing.VirtualTimeExecutor`), with the same configs in
+the same order, under the scheduler you name. Each iteration takes the time
+it took when it was recorded; trials start as slots free up (as many slots as
+the recorded run had trials running at once, unless told otherwise).
+
+A recorded curve ends where its trial ended: a trial that the recorded
+scheduler stopped early cannot be continued further by a more patient one. Such
+trials are counted as ``truncated`` in the report, so read a more patient
+scheduler's figures as a lower bound.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .. import schedulers as _schedulers
+from .._config import RunConfig, TuneConfig
+from .._journal import read_journal
+from .._restore import load_trials
+from .._trial import Trial
+from .._tuner import Tuner
+from ..execution._executor import TrialSpec
+from ..search._searcher import Searcher
+from ._virtual import VirtualTimeExecutor
+
+__all__ = ["SCHEDULER_NAMES", "SimulationReport", "simulate"]
+
+#: the names ``tuneplat simulate --scheduler`` takes (as in sweep files)
+SCHEDULER_NAMES = {
+    "fifo": "FIFOScheduler",
+    "asha": "ASHAScheduler",
+    "async_hyperband": "AsyncHyperBandScheduler",
+    "hyperband": "HyperBandScheduler",
+    "median": "MedianStoppingRule",
+    "median_stopping": "MedianStoppingRule",
+    "pbt": "PopulationBasedTraining",
+}
+
+
+@dataclass
+class RunFigures:
+    """What a run spent and found."""
+
+    trials: int
+    iterations: int
+    trial_seconds: float
+    best_value: float | None
+    best_trial: str | None
+    best_config: dict[str, Any] | None
+
+
+@dataclass
+class SimulationReport:
+    """The recorded run beside the simulated one; ``stops`` maps trial id → iteration it was stopped at."""
+
+    experiment: str
+    metric: str
+    mode: str
+    scheduler: str
+    settings: dict[str, Any]
+    slots: int
+    recorded: RunFigures
+    simulated: RunFigures
+    truncated: int
+    stops: dict[str, int] = field(default_factory=dict)
+    recorded_stops: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> str:
+        r, s = self.recorded, self.simulated
+
+        def ratio(a: float, b: float) -> str:
+            return f"{b / a:.2f}x" if a else "-"
+
+        def best(f: RunFigures) -> str:
+            return "-" if f.best_value is None else f"{f.best_value:.6g} ({f.best_trial})"
+
+        rows = [
+            ("", "recorded", f"simulated: {self.scheduler}", "simulated/recorded"),
+            ("trials", str(r.trials), str(s.trials), ""),
+            ("iterations", str(r.iterations), str(s.iterations), ratio(r.iterations, s.iterations)),
+            ("trial-time (s)", f"{r.trial_seconds:.1f}", f"{s.trial_seconds:.1f}", ratio(r.trial_seconds, s.trial_seconds)),
+            (f"best {self.metric} ({self.mode})", best(r), best(s), ""),
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        settings = ", ".join(f"{k}={v!r}" for k, v in self.settings.items()) or "defaults"
+        lines.insert(0, f"{self.experiment}: replayed under {self.scheduler} ({settings}), {self.slots} slot(s)")
+        if self.truncated:
+            lines.append(f"{self.truncated} recorded curve(s) ended before the simulated scheduler stopped them "
+                         "(the recorded run stopped them earlier): its figures are lower bounds.")
+        return "\n".join(lines)
+
+
+class _ReplaySearcher(Searcher):
+    """Suggests the recorded configs in their recorded order, and remembers which trial got which."""
+
+    def __init__(self, recorded: list[Trial]) -> None:
+        super().__init__()
+        self._recorded = recorded
+        self._next = 0
+        self.assigned: dict[str, Trial] = {}
+
+    def set_search_properties(self, metric: Any, mode: Any, config: Mapping[str, Any] | None, **spec: Any) -> bool:
+        return True
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if self._next >= len(self._recorded):
+            return Searcher.FINISHED
+        trial = self._recorded[self._next]
+        self._next += 1
+        self.assigned[trial_id] = trial
+        return dict(trial.config)
+
+
+def _curve_of(trial: Trial) -> list[dict[str, Any]]:
+    """A recorded trial's learning curve: its results, one per training_iteration (the latest record of each)."""
+    by_iteration: dict[int, dict[str, Any]] = {}
+    for r in trial.results:
+        it = r.get("training_iteration")
+        if isinstance(it, int):
+            by_iteration[it] = r
+    return [by_iteration[i] for i in sorted(by_iteration)]
+
+
+def _figures(trials: list[Trial], curves: Mapping[str, list[dict[str, Any]]], metric: str, mode: str) -> RunFigures:
+    iterations = 0
+    seconds = 0.0
+    best: tuple[float, str, dict[str, Any]] | None = None
+    sign = 1.0 if mode == "min" else -1.0
+    for t in trials:
+        curve = curves[t.trial_id]
+        iterations += len(curve)
+        seconds += sum(float(r.get("time_this_iter_s") or 0.0) for r in curve)
+        if curve:
+            v = curve[-1].get(metric)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                if best is None or sign * v < sign * best[0]:
+                    best = (float(v), t.trial_id, t.config)
+    return RunFigures(len(trials), iterations, seconds, best[0] if best else None, best[1] if best else None,
+                      dict(best[2]) if best else None)
+
+
+def _recorded_slots(journal: list[dict[str, Any]]) -> int:
+    running: set[str] = set()
+    peak = 1
+    for e in journal:
+        kind = e.get("event")
+        if kind == "trial_start":
+            running.add(e.get("trial_id", ""))
+            peak = max(peak, len(running))
+        elif kind in ("trial_end", "trial_paused", "trial_failure", "trial_requeued"):
+            running.discard(e.get("trial_id", ""))
+    return peak
+
+
+def _recorded_stops(journal: list[dict[str, Any]]) -> dict[str, int]:
+    return {e["trial_id"]: int(e.get("iteration") or 0) for e in journal
+            if e.get("event") == "decision" and e.get("decision") == "STOP"}
+
+
+def make_scheduler(name: str, settings: Mapping[str, Any], metric: str, mode: str) -> Any:
+    """A scheduler from its sweep-file name and keyword settings (clear errors for both)."""
+    key = name.lower().replace("-", "_")
+    if key not in SCHEDULER_NAMES:
+        close = difflib.get_close_matches(key, list(SCHEDULER_NAMES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown scheduler {name!r}{hint}; expected one of: {', '.join(SCHEDULER_NAMES)}")
+    cls = getattr(_schedulers, SCHEDULER_NAMES[key])
+    kwargs = dict(settings)
+    if key != "fifo":
+        kwargs.setdefault("metric", metric)
+        kwargs.setdefault("mode", mode)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{cls.__name__} does not take these settings {dict(settings)!r}: {exc}") from None
+
+
+def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapping[str, Any] | None = None, *,
+             slots: int | None = None, metric: str | None = None, mode: str | None = None) -> SimulationReport:
+    """Replay a recorded experiment's learning curves under ``scheduler`` in virtual time.
+
+    Args:
+        experiment_path: the experiment folder (it holds ``journal.jsonl``).
+        scheduler: a name (``"asha"``, ``"hyperband"``, ``"median"``, ``"fifo"``,
+            ``"pbt"``) or a scheduler object.
+        settings: the scheduler's keyword arguments, when given by name.
+        slots: trials at once (default: the most the recorded run had).
+        metric, mode: default: the experiment's.
+
+    Returns:
+        The recorded and simulated iterations, trial-time and best result.
+
+    Example:
+        >>> report = simulate("tuneplat_results/digits-asha", "asha", {"reduction_factor": 4})  # doctest: +SKIP
+        >>> print(report.table())  # doctest: +SKIP
+    """
+    path = os.path.abspath(os.fspath(experiment_path))
+    journal_path = os.path.join(path, "journal.jsonl")
+    if not os.path.isfile(journal_path):
+        raise FileNotFoundError(f"{path} has no journal.jsonl: not a tuneplat experiment folder "
+                                "(pass the folder storage_path/name)")
+    journal = read_journal(journal_path)
+    trials, meta = load_trials(path)
+    metric = metric or meta.get("metric")
+    mode = mode or meta.get("mode")
+    if not isinstance(metric, str) or mode not in ("min", "max"):
+        raise ValueError(f"{path}: the experiment has no single metric/mode to judge by (metric={metric!r}, "
+                         f"mode={mode!r}); pass metric= and mode=")
+    trials = [t for t in trials if t.results]
+    if not trials:
+        raise ValueError(f"{path}: no trial reported a result: nothing to replay")
+    curves = {t.trial_id: _curve_of(t) for t in trials}
+    settings = dict(settings or {})
+    sched = make_scheduler(scheduler, settings, metric, mode) if isinstance(scheduler, str) else scheduler
+    sched_name = scheduler if isinstance(scheduler, str) else type(scheduler).__name__
+    slots = slots or _recorded_slots(journal)
+    searcher = _ReplaySearcher(trials)
+
+    def curve(spec: TrialSpec) -> Iterator[dict[str, Any]]:
+        recorded = curves[searcher.assigned[spec.trial_id].trial_id]
+        for r in recorded:
+            yield {k: v for k, v in r.items() if k not in _AUTO}
+
+    executor = VirtualTimeExecutor(num_slots=slots, curve=curve)
+
+    with tempfile.TemporaryDirectory(prefix="tuneplat-simulate-") as tmp:
+        tuner = Tuner(_never_called, param_space={},
+                      tune_config=TuneConfig(metric=metric, mode=mode, scheduler=sched, search_alg=searcher,
+                                             num_samples=len(trials)),
+                      run_config=RunConfig(name="simulation", storage_path=tmp, verbose=0, mlflow=False),
+                      executor=executor)
+        grid = tuner.fit()
+        sim_journal = read_journal(os.path.join(tmp, "simulation", "journal.jsonl"))
+    by_sim_id = {r.trial_id: r for r in grid}
+    sim_trials: list[Trial] = []
+    sim_curves: dict[str, list[dict[str, Any]]] = {}
+    stops: dict[str, int] = {}
+    sim_stops = _recorded_stops(sim_journal)
+    truncated = 0
+    for sim_id, rec in searcher.assigned.items():
+        res = by_sim_id.get(sim_id)
+        if res is None:
+            continue
+        t = Trial(trial_id=rec.trial_id, config=dict(rec.config), path="", name=rec.name)
+        sim_trials.append(t)
+        sim_curves[rec.trial_id] = [dict(m) for m in res.metrics_dataframe.to_dict("records")] if res.metrics else []
+        if sim_id in sim_stops:
+            stops[rec.trial_id] = sim_stops[sim_id]
+        elif len(sim_curves[rec.trial_id]) >= len(curves[rec.trial_id]) and rec.trial_id in _recorded_stops(journal):
+            truncated += 1  # the recorded run stopped it here; the simulated scheduler would have gone on
+    return SimulationReport(
+        experiment=path, metric=metric, mode=mode, scheduler=sched_name, settings=settings, slots=slots,
+        recorded=_figures(trials, curves, metric, mode), simulated=_figures(sim_trials, sim_curves, metric, mode),
+        truncated=truncated, stops=stops, recorded_stops=_recorded_stops(journal),
+    )
+
+
+_AUTO = frozenset({"training_iteration", "time_total_s", "timestamp", "iterations_since_restore", "trial_id",
+                   "pid", "hostname", "done", "config"})
+
+
+def _never_called(config: dict[str, Any]) -> None:  # the executor replays recorded curves instead
+    raise RuntimeError("a simulation does not run trainables")
+
+
+def report_json(report: SimulationReport) -> str:
+    return json.dumps(report.to_dict(), indent=2, default=str)
