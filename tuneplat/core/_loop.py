@@ -523,7 +523,8 @@ class TuneLoop:
             path = self.store.commit(trial.path, checkpoint_name(iteration))
             if path is not None:
                 ckpt = Checkpoint(path, self.storage_fs)
-                trial.checkpoints = [p for p in trial.checkpoints if p[0] != ckpt]
+                if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
+                    trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
                 trial.checkpoints.append((ckpt, result))
                 self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id, "iteration": iteration,
                                      "path": path, "metrics": to_jsonable(result)})
@@ -546,10 +547,10 @@ class TuneLoop:
         self._write_result(trial, line)
         problem, misspelt = self.checks.problem(trial.trial_id, result)
         if problem:
+            self.executor.fail(trial.trial_id, problem)
             if misspelt:  # every trial would make this mistake: end the experiment now, without retries
                 trial.no_retry = True
                 self._fail_experiment(f"trial {trial.trial_id} failed: {problem}")
-            self.executor.fail(trial.trial_id, problem)
             return
         for m, v in self.checks.non_finite(result):
             logger.warning("tuneplat: trial %s reported non-finite %s=%r at iteration %s; schedulers count it "

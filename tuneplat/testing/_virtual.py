@@ -67,18 +67,34 @@ HANG = _Hang()
 
 
 class VirtualCheckpointStore(LocalCheckpointStore):
-    """Checkpoints of virtual trials: an empty folder per checkpoint (nothing is staged by ranks)."""
+    """Checkpoints of virtual trials: nothing is staged by ranks, and nothing is written while the run goes.
+
+    Each trial's latest checkpoint becomes an empty folder when the executor
+    closes (:meth:`materialize`), so ``Tuner.restore`` finds it there.
+    """
+
+    def __init__(self) -> None:
+        self._latest: dict[str, str] = {}
 
     def clean_staging(self, trial_path: str) -> None:
         return None
 
     def commit(self, trial_path: str, name: str) -> str | None:
         path = os.path.join(trial_path, name)
-        os.makedirs(path, exist_ok=True)
+        self._latest[trial_path] = path
         return path
 
     def copy(self, src_checkpoint: str, trial_path: str, name: str) -> str | None:
         return self.commit(trial_path, name)
+
+    def delete(self, checkpoint_path: str) -> None:
+        if os.path.isdir(checkpoint_path):
+            super().delete(checkpoint_path)
+
+    def materialize(self) -> None:
+        for path in self._latest.values():
+            os.makedirs(path, exist_ok=True)
+        self._latest.clear()
 
 
 @dataclass
@@ -229,6 +245,7 @@ class VirtualTimeExecutor(TrialExecutor):
         return events
 
     def close(self) -> None:
+        self.store.materialize()
         self._trials.clear()
         self._heap.clear()
 
