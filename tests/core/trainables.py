@@ -54,3 +54,10 @@ def kills_cluster_worker(config):
     tune.report({"loss": 1.0})
     ev.wait(5)  # the worker is closed under it
     tune.report({"loss": 0.5})
+
+
+def one_long_epoch(config):
+    """Reports once, then computes for far longer than any budget without reporting (one long epoch)."""
+    tune.report({"loss": 1.0})
+    threading.Event().wait(600)  # the workload: the tuner must end it, it never returns by itself
+    tune.report({"loss": 0.5})

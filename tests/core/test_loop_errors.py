@@ -1,0 +1,69 @@
+"""The loop's failure paths where the point is the real thing: worker processes, ports, a real Dask cluster."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+import trainables as T
+
+import tuneplat as tune
+from tuneplat import read_journal
+
+
+def _children() -> dict[int, str]:
+    out = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            out[p.pid] = " ".join(p.cmdline())[:200]
+        except psutil.Error:
+            pass
+    return out
+
+
+def _listening() -> set[int]:
+    me = psutil.Process()
+    return {c.laddr.port for c in me.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+
+
+def test_an_error_in_the_loop_tears_down_the_embedded_cluster_and_is_recorded_as_error(storage):
+    """A user callback raising inside the loop: fit() raises, the experiment says "error", nothing is left running."""
+
+    class Boom(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            raise RuntimeError("callback bug")
+
+    before_children, before_ports = _children(), _listening()
+    tuner = tune.Tuner(T.quadratic, param_space={"x": 1, "steps": 50},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                       run_config=tune.RunConfig(name="boom", storage_path=storage, verbose=0, callbacks=[Boom()]))
+    with pytest.raises(tune.TuneError, match="RuntimeError: callback bug"):
+        tuner.fit()
+    events = read_journal(os.path.join(storage, "boom", "journal.jsonl"))
+    assert events[-1]["event"] == "experiment_end" and events[-1]["status"] == "error"
+    assert "callback bug" in events[-1]["traceback"]
+    # (Python's resource tracker and the MLflow uploader live as long as the interpreter, by design)
+    left = {pid: cmd for pid, cmd in _children().items() if pid not in before_children
+            and "resource_tracker" not in cmd and "_mlflow import _child_main" not in cmd}
+    assert not left, f"processes outlived fit(): {left}"
+    assert _listening() <= before_ports, "listening sockets outlived fit()"
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{os.path.join(storage, 'mlflow.db')}")
+    exp = client.get_experiment_by_name("boom")
+    parents = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
+    assert [r.info.status for r in parents] == ["FAILED"]
+    assert tune.Tuner.can_restore(os.path.join(storage, "boom"))
+
+
+def test_time_budget_ends_a_trial_that_does_not_report(dask_client, storage, monkeypatch):
+    """One long epoch: the budget ends it after a short grace instead of waiting for its next report()."""
+    monkeypatch.setenv("TUNEPLAT_STOP_GRACE_S", "1")
+    tuner = tune.Tuner(T.one_long_epoch, param_space={"x": tune.grid_search([1, 2])},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min", time_budget_s=3),
+                       run_config=tune.RunConfig(storage_path=storage, verbose=0, mlflow=False), client=dask_client)
+    results = tuner.fit()
+    assert [r.status for r in results] == ["TERMINATED", "TERMINATED"]
+    assert all("time budget" in r.stop_reason for r in results)
+    assert all(r.metrics["training_iteration"] == 1 for r in results)
