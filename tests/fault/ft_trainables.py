@@ -115,3 +115,13 @@ def chained_kill_or_hang(config):
         if ctx.get_attempt() == 0 and epoch == 2 and config["mode"] != "steady":
             os.kill(os.getpid(), signal.SIGKILL if config["mode"] == "kill" else signal.SIGSTOP)
         _report_epoch(epoch, {"task": _task_key(), "worker_pid": os.getpid(), "attempt": ctx.get_attempt()})
+
+
+def exits_once(config):
+    """os._exit(1) on the first attempt (after a report), then trains: the retry must start promptly."""
+    marker = os.path.join(config["marker_dir"], "exited")
+    train.report({"loss": 1.0})
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    steady({"epochs": 2})

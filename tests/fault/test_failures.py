@@ -99,3 +99,20 @@ def test_fail_fast_ends_the_experiment_and_it_stays_restorable(dask_client, stor
                                   run_config=tune.RunConfig(storage_path=storage, name="ff", verbose=0, mlflow=False))
     final = restored.fit()
     assert len(final) == 4 and final.num_errors == 1 and final.num_terminated == 3
+
+
+def test_a_retry_after_os_exit_is_never_placed_on_the_dead_worker(dask_client, storage, tmp_path):
+    """os._exit in a trainable: the scheduler may list the dead worker a moment longer; the retry goes elsewhere
+    (before, it was sometimes pinned to the dead worker and failed 90 s later as "did not start")."""
+    dirs = []
+    for i in range(4):
+        d = tmp_path / f"m{i}"
+        d.mkdir()
+        dirs.append(str(d))
+    results = _tuner(dask_client, storage, F.exits_once, {"marker_dir": tune.grid_search(dirs)}, max_failures=1,
+                     tc={"max_concurrent_trials": 1}).fit()
+    assert results.num_terminated == 4 and results.num_errors == 0
+    events = read_journal(os.path.join(results.experiment_path, "journal.jsonl"))
+    for r in results:
+        starts = [e["workers"] for e in events if e["event"] == "trial_start" and e["trial_id"] == r.trial_id]
+        assert len(starts) == 2 and starts[1] != starts[0], (r.trial_id, starts)

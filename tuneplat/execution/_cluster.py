@@ -122,7 +122,8 @@ class Cluster:
                 pool, gpus = f"host:{host}", [1.0] * self.local_gpus
             else:
                 pool, gpus = None, []
-            slots.append(Slot(addr, host, cpu, {k: float(v) for k, v in resources.items()}, pool, gpus))
+            slots.append(Slot(addr, host, cpu, {k: float(v) for k, v in resources.items()}, pool, gpus,
+                              info.get("pid")))
         return slots
 
     def tuner_host(self) -> str:
@@ -181,6 +182,7 @@ class Slot:
     resources: dict[str, float]
     gpu_pool: str | None
     gpus: list[float] = field(default_factory=list)
+    pid: int | None = None  # the worker process (a nanny's restart keeps the address on some clusters)
 
 
 @dataclass
@@ -198,7 +200,8 @@ class Ledger:
     def __init__(self) -> None:
         self.slots: dict[str, Slot] = {}
         self.load: dict[str, int] = {}  # ranks placed on a worker (0 or 1)
-        self.quarantined: set[str] = set()  # hung workers being replaced: never placed on again
+        self.quarantined: set[str] = set()  # hung or dead workers being replaced: never placed on again
+        self._dead_pid: dict[str, int] = {}  # quarantined address -> the process that died there
         self.pools: dict[str, list[float]] = {}
         self._pool_size: dict[str, list[float]] = {}
 
@@ -209,6 +212,12 @@ class Ledger:
                 del self.slots[addr]
                 self.load.pop(addr, None)
                 self.quarantined.discard(addr)
+                self._dead_pid.pop(addr, None)
+        for addr, dead in list(self._dead_pid.items()):  # a new process at the same address: placeable again
+            slot = new.get(addr)
+            if slot is not None and slot.pid is not None and slot.pid != dead:
+                self.quarantined.discard(addr)
+                del self._dead_pid[addr]
         for addr, slot in new.items():
             if addr not in self.slots:
                 self.slots[addr] = slot
@@ -287,9 +296,20 @@ class Ledger:
     def busy(self) -> set[str]:
         return {a for a, n in self.load.items() if n > 0} | self.quarantined
 
-    def quarantine(self, address: str) -> None:
-        """Place nothing more on this worker (it is hung and being replaced)."""
+    @property
+    def awaiting_replacement(self) -> bool:
+        """A worker whose process died is still listed: look again shortly for its replacement."""
+        return bool(self._dead_pid)
+
+    def quarantine(self, address: str, pid: int | None = None) -> None:
+        """Place nothing more on this worker (it is hung, or its process ``pid`` died, and is being replaced).
+
+        The quarantine ends when the worker leaves the cluster, or when a process
+        other than ``pid`` answers at its address.
+        """
         self.quarantined.add(address)
+        if pid is not None:
+            self._dead_pid[address] = pid
 
     def allocate(self, request: Mapping[str, float], n: int, strategy: str = "PACK") -> list[Assignment] | None:
         """Reserve ``n`` slots (all or none); None when they don't fit right now."""

@@ -524,6 +524,9 @@ class DaskTrialExecutor(TrialExecutor):
                     return
                 elif conn.rank.finished is None:
                     conn.rank.finished = "dead"
+                    # its process died (os._exit, a segfault, the OOM killer): the scheduler may still list the
+                    # worker for a moment; a retry placed there would wait for a process that is gone
+                    self.ledger.quarantine(conn.rank.assignment.address, pid=conn.rank.pid)
                     self._fail_group(conn.group, f"rank {conn.rank.index} on {conn.rank.assignment.address} lost "
                                                  "its connection (its process or Dask worker died)")
                     self._forget_rank(conn.rank)
@@ -768,7 +771,8 @@ class DaskTrialExecutor(TrialExecutor):
         if gone:
             self._lose_unstarted_ranks_on(gone)
         self.max_slots = max(self.max_slots, len(self.ledger.slots))
-        self._refresh_at = time.monotonic() + 0.25 if len(self.ledger.slots) < self.max_slots else None
+        again = len(self.ledger.slots) < self.max_slots or self.ledger.awaiting_replacement
+        self._refresh_at = time.monotonic() + 0.25 if again else None
 
     def _fail_group(self, group: _Group, message: str, tb: str | None = None) -> None:
         if group.failure is None:
