@@ -64,6 +64,15 @@ class Journal:
         self._f.write(line + "\n")
         self._dirty = True
 
+    @property
+    def dirty(self) -> bool:
+        """Events were appended since the last sync."""
+        return self._dirty
+
+    def sync_due(self) -> bool:
+        """Events wait and the sync interval has passed."""
+        return self._dirty and time.monotonic() - self._last_sync >= self.sync_interval_s
+
     def sync(self, force: bool = False) -> None:
         if not self._dirty:
             return

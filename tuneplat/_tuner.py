@@ -195,8 +195,9 @@ class Tuner:
             store = executor.checkpoint_store() or store
             loop = TuneLoop(
                 trainable=self.trainable, param_space=self.param_space, tune_config=self.tune_config,
-                run_config=self.run_config, scaling_config=self.scaling_config, experiment_dir=self.experiment_dir,
-                experiment_name=self.experiment_name, trainable_name=self.trainable_name, executor=executor,
+                run_config=self.run_config, scaling_config=self.scaling_config or ScalingConfig(),
+                experiment_dir=self.experiment_dir, experiment_name=self.experiment_name,
+                trainable_name=self.trainable_name, executor=executor,
                 store=store, callbacks=callbacks, trials=self._resume[1] if self._resume else None,
                 resume=self._resume is not None, syncer=syncer, raw_trainable=self._raw_trainable,
             )
@@ -324,7 +325,8 @@ def result_grid(trials: list[Trial], metric: Any, mode: Any, experiment_dir: str
                  remote_dir: str | None = None) -> ResultGrid:
     results = []
     for t in trials:
-        err = TrialError(t.error, t.error_traceback, t.trial_id) if t.status == TrialStatus.ERROR else None
+        err = (TrialError(t.error or "unknown error", t.error_traceback, t.trial_id)
+               if t.status == TrialStatus.ERROR else None)
         path = t.path if remote_dir is None else rjoin(remote_dir, os.path.basename(t.path))
         results.append(Result(
             config=t.config, metrics=dict(t.last_result), path=path, error=err, checkpoint=t.checkpoint,

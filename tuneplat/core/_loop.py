@@ -38,6 +38,7 @@ from .._checkpoint import Checkpoint
 from .._config import RunConfig, ScalingConfig, TuneConfig
 from .._journal import Journal, to_jsonable
 from .._progress import ProgressReporter
+from .._settings import env_seconds
 from .._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
 from .._trial import Trial, TrialStatus
 from ..execution._executor import (
@@ -62,11 +63,6 @@ __all__ = ["TuneError", "TuneLoop"]
 
 class TuneError(RuntimeError):
     """The experiment could not go on (an error in the tuner, fail_fast='raise', a misspelt metric)."""
-
-
-def _stop_grace_s() -> float:
-    """After the time budget (or fail-fast) asked running trials to stop, how long they get to reach a report."""
-    return float(os.environ.get("TUNEPLAT_STOP_GRACE_S", "5"))
 
 
 @dataclass
@@ -109,8 +105,8 @@ class TuneLoop:
         self.experiment_name = experiment_name
         self.trainable_name = trainable_name
         self.callbacks = list(callbacks or [])
-        self.metric = tune_config.metric
-        self.mode = tune_config.mode
+        self.metric: Any = tune_config.metric
+        self.mode: Any = tune_config.mode
         self.request = scaling_config.per_worker()
         self.world_size = scaling_config.num_workers
         self.resume = resume
@@ -138,7 +134,7 @@ class TuneLoop:
         self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
         self._deadline: float | None = None  # set once the cluster is up: the budget is for trials
         self.reporter = ProgressReporter(self.metric, self.mode, run_config.verbose, run_config.progress_interval_s)
-        self.stop_grace_s = _stop_grace_s()
+        self.stop_grace_s = env_seconds("TUNEPLAT_STOP_GRACE_S", 5)  # a stopped trial that does not report
         self.journal: Journal | None = None
         self._looping = False
 
@@ -340,7 +336,7 @@ class TuneLoop:
         if self._deadline is not None and not self.stopping:
             deadlines.append(self._deadline)
         assert self.journal is not None
-        if self.journal._dirty:
+        if self.journal.dirty:
             deadlines.append(now + self.journal.sync_interval_s)
         if self.stop_rules.has_stop_all and not self.stopping:
             deadlines.append(now + 1.0)  # e.g. a TimeoutStopper: ask it even while no trial reports
@@ -402,7 +398,7 @@ class TuneLoop:
     def _sync_files(self) -> None:
         journal = self.journal
         assert journal is not None
-        if journal._dirty and time.monotonic() - journal._last_sync >= journal.sync_interval_s:
+        if journal.sync_due():
             for f in self._result_files.values():
                 f.flush()
             journal.sync()

@@ -33,6 +33,7 @@ from typing import Any
 
 from schedulers import Decision
 
+from .._settings import env_seconds
 from ..train._session import RankSpec
 from ._cluster import Assignment, Cluster, Ledger
 from ._executor import (
@@ -114,10 +115,6 @@ class _Reservation:
     placement: list[Assignment] | None = None
 
 
-def _env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, str(default)))
-
-
 class DaskTrialExecutor(TrialExecutor):
     """Runs worker groups as Dask tasks (see the module docstring).
 
@@ -135,10 +132,10 @@ class DaskTrialExecutor(TrialExecutor):
     def __init__(self, client: Any = None, address: str | None = None) -> None:
         self._client_arg = client
         self._address = address
-        self.start_timeout_s = _env_float("TUNEPLAT_START_TIMEOUT_S", 90)
-        self.hang_timeout_s = _env_float("TUNEPLAT_HEARTBEAT_TIMEOUT_S", 30)
-        self.abort_grace_s = _env_float("TUNEPLAT_ABORT_GRACE_S", 15)
-        self.starve_timeout_s = _env_float("TUNEPLAT_WORKER_WAIT_S", 60)
+        self.start_timeout_s = env_seconds("TUNEPLAT_START_TIMEOUT_S", 90)
+        self.hang_timeout_s = env_seconds("TUNEPLAT_HEARTBEAT_TIMEOUT_S", 30)
+        self.abort_grace_s = env_seconds("TUNEPLAT_ABORT_GRACE_S", 15)
+        self.starve_timeout_s = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)
         self.groups: dict[str, _Group] = {}
         self.idle: list[_Rank] = []
         self.task_owner: dict[str, tuple[_Group, _Rank]] = {}
@@ -813,6 +810,7 @@ class DaskTrialExecutor(TrialExecutor):
         if not parked and time.monotonic() - self._last_refresh > 1.0:
             self._refresh_ledger()  # workers may have left: look before placing more (a parked runner's is there)
         self.tokens.pop(group.token, None)
+        message: str | None
         if group.failure is not None:
             outcome, (message, tb) = Outcome.FAILED, group.failure
         elif group.lost_before_start:

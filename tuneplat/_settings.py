@@ -1,0 +1,47 @@
+"""Every ``TUNEPLAT_*`` environment variable, read in one place.
+
+They are read when asked (not at import), so a test or a notebook can change
+one before a ``fit()``. A value that is not what it should be is an error that
+names the variable, its value and the form expected.
+
+| variable | default | what |
+|---|---|---|
+| ``TUNEPLAT_START_TIMEOUT_S`` | 90 | every rank of a group connects within this after being placed |
+| ``TUNEPLAT_HEARTBEAT_TIMEOUT_S`` | 30 | a rank silent this long (no report, no heartbeat) is hung |
+| ``TUNEPLAT_ABORT_GRACE_S`` | 15 | an aborted rank's user code may take this long to unwind before its process ends |
+| ``TUNEPLAT_WORKER_WAIT_S`` | 60 | nothing runs and nothing can be placed this long: the experiment ends (restorable) |
+| ``TUNEPLAT_STOP_GRACE_S`` | 5 | after the time budget or fail-fast asked trials to stop, a trial that does not report is aborted |
+| ``TUNEPLAT_SYNC_PERIOD_S`` | 10 | remote storage: how often the experiment's small files are uploaded |
+| ``TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S`` | 120 | how long ``fit()`` waits at its end for MLflow logging to finish |
+| ``TUNEPLAT_RUNNER_IDLE_S`` | 2 | how long a chained-trial runner waits for its next trial |
+| ``TUNEPLAT_TUNER_HOST`` | (chosen) | the address ranks use to reach the tuner |
+| ``TUNEPLAT_CACHE_DIR`` | ``~/.cache/tuneplat`` | the local cache of experiments on remote storage |
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+__all__ = ["env_seconds", "env_str"]
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A duration in seconds from the environment (``default`` when unset or empty)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return float(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds; set it to e.g. {name}={default:g}, "
+                         "or unset it for the default") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}={raw!r} must be a finite number of seconds >= 0")
+    return value
+
+
+def env_str(name: str) -> str | None:
+    """A string setting (None when unset or empty)."""
+    raw = os.environ.get(name, "").strip()
+    return raw or None
