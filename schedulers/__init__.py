@@ -7,6 +7,7 @@ conformance checks live in :mod:`schedulers.testing`.
 
 from __future__ import annotations
 
+from ._actions import ActionPlan, TrialPhase, plan_action
 from ._asha import ASHAScheduler, AsyncHyperBandScheduler
 from ._base import Decision, Launch, Resume, Stop, TrialScheduler, UnknownTrialError, score
 from ._fifo import FIFOScheduler
@@ -16,6 +17,7 @@ from ._pbt import PopulationBasedTraining
 
 __all__ = [
     "ASHAScheduler",
+    "ActionPlan",
     "AsyncHyperBandScheduler",
     "Decision",
     "FIFOScheduler",
@@ -25,7 +27,9 @@ __all__ = [
     "PopulationBasedTraining",
     "Resume",
     "Stop",
+    "TrialPhase",
     "TrialScheduler",
     "UnknownTrialError",
+    "plan_action",
     "score",
 ]

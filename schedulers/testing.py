@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol, Union, runtime_checkable
 
-from ._base import Decision, Launch, Resume, Stop, TrialScheduler
+from ._actions import ActionPlan, TrialPhase, plan_action
+from ._base import Decision, Launch, Stop, TrialScheduler
 
 __all__ = [
     "MISSING",
@@ -221,17 +222,20 @@ def simulate(
                 return
             for action in actions:
                 trial = trials.get(action.trial_id)
-                if trial is None or trial.status is not _Status.PAUSED:
+                # the simulator runs a trial's result and its decision at once, so a trial that is not
+                # PAUSED here is one the tuner would ignore the action for: the scheduler broke its contract
+                plan = plan_action(action, TrialPhase.PAUSED) if trial is not None else ActionPlan.IGNORE
+                if trial is None or trial.status is not _Status.PAUSED or not plan.carries_out():
                     state = "unknown" if trial is None else trial.status.value
                     raise SimulationError(
                         f"{type(scheduler).__name__} issued {action!r} for a trial that is "
                         f"{state}, not PAUSED"
                     )
-                if isinstance(action, Resume):
+                if plan is ActionPlan.REQUEUE:
                     log.append((tick, "resume", trial.trial_id, None))
                     trial.status = _Status.QUEUED
                     restart.append(trial.trial_id)
-                elif isinstance(action, Launch):
+                elif plan is ActionPlan.CLONE_AND_REQUEUE and isinstance(action, Launch):
                     log.append((tick, "launch", trial.trial_id, action.from_trial))
                     trial.config = copy.deepcopy(dict(action.config))
                     if action.from_trial is None:
@@ -247,7 +251,7 @@ def simulate(
                         trial.curve = curve_for_config(trial.config)
                     trial.status = _Status.QUEUED
                     restart.append(trial.trial_id)
-                elif isinstance(action, Stop):
+                elif plan is ActionPlan.END and isinstance(action, Stop):
                     log.append((tick, "stop", trial.trial_id, action.reason))
                     complete(trial)
                 else:

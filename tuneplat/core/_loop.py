@@ -32,7 +32,17 @@ from typing import Any
 
 import cloudpickle
 
-from schedulers import Decision, FIFOScheduler, Launch, Resume, Stop, TrialScheduler
+from schedulers import (
+    ActionPlan,
+    Decision,
+    FIFOScheduler,
+    Launch,
+    Resume,
+    Stop,
+    TrialPhase,
+    TrialScheduler,
+    plan_action,
+)
 
 from .._checkpoint import Checkpoint
 from .._config import RunConfig, ScalingConfig, TuneConfig
@@ -707,7 +717,18 @@ class TuneLoop:
             self.by_id[tid].status = TrialStatus.PENDING
 
     # ------------------------------------------------------------------ scheduler actions
+    def _phase(self, trial: Trial) -> TrialPhase:
+        run = self.running.get(trial.trial_id)
+        if run is not None:
+            return TrialPhase.PAUSING if run.decision is Decision.PAUSE else TrialPhase.RUNNING
+        if trial.status is TrialStatus.PAUSED:
+            return TrialPhase.PAUSED
+        if trial.status in (TrialStatus.PENDING, TrialStatus.RUNNING):
+            return TrialPhase.PENDING
+        return TrialPhase.FINISHED
+
     def _drain_actions(self) -> None:
+        """Carry out the scheduler's queued actions (``schedulers.plan_action`` says what each one means)."""
         actions = self.scheduler.pop_actions()
         if self._ready_actions:
             actions, self._ready_actions = self._ready_actions + actions, []
@@ -716,40 +737,37 @@ class TuneLoop:
             if trial is None:
                 logger.warning("tuneplat: scheduler asked for unknown trial %s", action.trial_id)
                 continue
-            run = self.running.get(trial.trial_id)
-            if run is not None and run.decision is Decision.PAUSE:
+            phase = self._phase(trial)
+            plan = plan_action(action, phase)
+            if plan is ActionPlan.DEFER or plan is ActionPlan.CLONE_THEN_DEFER_REQUEUE:
                 # PAUSE was answered but the group is still leaving its workers (PBT queues Launch in the same
                 # call as PAUSE; HyperBand may queue Resume/Stop before the paused group ended). Its checkpoint of
                 # the paused iteration is committed already, so a Launch clones the source's checkpoint now (the
                 # one the scheduler judged); the requeue waits until the trial is PAUSED.
-                if isinstance(action, Launch):
+                if plan is ActionPlan.CLONE_THEN_DEFER_REQUEUE and isinstance(action, Launch):
                     self._exploit(trial, action)
                     action = Resume(trial.trial_id)
                 self._deferred_actions.setdefault(trial.trial_id, []).append(action)
-                continue
-            if isinstance(action, Stop):
-                if trial.status in (TrialStatus.PAUSED, TrialStatus.PENDING):
-                    if trial in self.queue:
-                        self.queue.remove(trial)
-                    trial.stop_reason = action.reason or f"stopped by {self.scheduler.name}"
-                    trial.stopped_by_scheduler = True
-                    self._end_trial(trial, TrialStatus.TERMINATED)
-                elif run is not None:
-                    run.stop_requested = Decision.STOP
-            elif isinstance(action, Resume):
-                if trial.status == TrialStatus.PAUSED:
-                    trial.status = TrialStatus.PENDING
-                    assert self.journal is not None
-                    self.journal.append({"event": "trial_resume", "trial_id": trial.trial_id})
-                    self.queue.appendleft(trial)
-            elif isinstance(action, Launch):
-                if trial.status != TrialStatus.PAUSED:
-                    logger.warning("tuneplat: scheduler asked to relaunch trial %s which is %s", trial.trial_id,
-                                   trial.status)
-                    continue
+            elif plan is ActionPlan.END:
+                if trial in self.queue:
+                    self.queue.remove(trial)
+                trial.stop_reason = getattr(action, "reason", "") or f"stopped by {self.scheduler.name}"
+                trial.stopped_by_scheduler = True
+                self._end_trial(trial, TrialStatus.TERMINATED)
+            elif plan is ActionPlan.STOP_AT_NEXT_REPORT:
+                self.running[trial.trial_id].stop_requested = Decision.STOP
+            elif plan is ActionPlan.REQUEUE:
+                trial.status = TrialStatus.PENDING
+                assert self.journal is not None
+                self.journal.append({"event": "trial_resume", "trial_id": trial.trial_id})
+                self.queue.appendleft(trial)
+            elif plan is ActionPlan.CLONE_AND_REQUEUE and isinstance(action, Launch):
                 self._exploit(trial, action)
                 trial.status = TrialStatus.PENDING
                 self.queue.appendleft(trial)
+            elif isinstance(action, Launch):
+                logger.warning("tuneplat: scheduler asked to relaunch trial %s which is %s", trial.trial_id,
+                               trial.status)
 
     def _exploit(self, trial: Trial, action: Launch) -> None:
         """PBT's exploit: ``trial`` takes ``action.config`` and a copy of the source's latest checkpoint.
