@@ -168,6 +168,7 @@ class Tuner:
             self.experiment_dir = os.path.join(root, name)
             self._remote_dir = storage.remote_experiment(name)
         self._results: ResultGrid | None = None
+        self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
 
     def fit(self) -> ResultGrid:
         """Run the experiment to the end; returns every trial's :class:`Result`.
@@ -181,7 +182,7 @@ class Tuner:
 
         executor = self._executor
         if executor is None:
-            check_main_guard(self.client, self.run_config.address)  # before any worker process imports the script
+            check_main_guard(self.client, self.run_config.address, self._caller)  # a process spawned by the user
             executor = DaskTrialExecutor(self.client, self.run_config.address)
         with ExperimentLock(self.experiment_dir):  # refuse a second Tuner on this experiment before touching it
             callbacks = (make_callbacks(self.run_config, self.experiment_name)

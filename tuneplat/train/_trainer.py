@@ -25,6 +25,7 @@ def _with_loop_config(fn: Callable[..., Any], torch_config: Any = None) -> Calla
             return fn()
         return fn(cfg)
 
+    del loop.__wrapped__  # type: ignore[attr-defined]  # (its signature is loop(config), whatever fn takes)
     if torch_config is not None:  # read by the rank before it joins the process group (execution/_runner.py)
         loop._tuneplat_torch_config = torch_config  # type: ignore[attr-defined]
     return loop
@@ -64,6 +65,7 @@ class TorchTrainer:
         from .._tuner import Tuner
 
         tuner = Tuner(self, run_config=self.run_config, client=self.client)
+        tuner._caller = "TorchTrainer.fit()"
         result = tuner.fit()[0]
         if result.error is not None:
             raise TrainingFailedError(f"Training failed: {result.error}") from result.error
