@@ -133,6 +133,7 @@ class Session:
         self.stopped = False
         self.send_lock = send_lock or threading.Lock()  # shared by every sender on this connection
         self.finished = threading.Event()
+        self.save_requested = False  # the last report's answer asked for a checkpoint of that step
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
 
     def send(self, msg: Any) -> None:
@@ -185,6 +186,8 @@ class Session:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
         kind = reply[0]
         if kind == "decision":
+            # the tuner asks for a checkpoint of this step (a callback set result["should_checkpoint"])
+            self.save_requested = len(reply) > 2 and bool(reply[2])
             if reply[1] != "CONTINUE":
                 self.stopped = True
                 raise StopTrial()
@@ -192,6 +195,19 @@ class Session:
         if kind == "abort":
             raise TrialAborted(reply[1])
         raise RuntimeError(f"unexpected message from the tuner: {reply!r}")
+
+
+    def save_late(self, folder: str) -> None:
+        """Stage ``folder`` as the checkpoint of the step just reported (the tuner asked for it in its answer).
+
+        Every rank of the group calls it; the tuner commits the checkpoint once all have.
+        """
+        self.save_requested = False
+        self._stage(folder)
+        try:
+            self.send(("saved", self.iteration))
+        except OSError as exc:
+            raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
 
 
 class Heartbeat:
