@@ -92,6 +92,7 @@ class DataParallelTrainer:
         else:
             tuner = Tuner(self, run_config=self.run_config, client=self.client)
             try:  # what restore() needs when it is not given the training function again (Ray's trainer.pkl)
+                os.makedirs(tuner.experiment_dir, exist_ok=True)
                 with open(os.path.join(tuner.experiment_dir, _TRAINER_FILE), "wb") as f:
                     cloudpickle.dump(self, f)
             except Exception:  # noqa: BLE001 - restore then needs train_loop_per_worker=
