@@ -85,7 +85,7 @@ def unguarded_call_site() -> tuple[str, int] | None:
     path = getattr(main, "__file__", None)
     if main is None or not isinstance(path, str) or not path.endswith(".py") or not os.path.isfile(path):
         return None  # an interactive session, a notebook, python -c: nothing is imported again
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
         frame = frame.f_back
     if frame is None:

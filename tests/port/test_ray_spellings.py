@@ -29,11 +29,12 @@ def test_ray_module_paths_are_tuneplats_modules():
     from tuneplat.tune.schedulers import ASHAScheduler
     assert ASHAScheduler is tuneplat.schedulers.ASHAScheduler and SHOULD_CHECKPOINT == "should_checkpoint"
     assert tune.Tuner is tuneplat.Tuner and tune.result.TRAINING_ITERATION == "training_iteration"
-    from tuneplat.air import CheckpointConfig, FailureConfig, RunConfig as AirRunConfig, ScalingConfig
+    from tuneplat.air import CheckpointConfig, FailureConfig, ScalingConfig
+    from tuneplat.air import RunConfig as AirRunConfig
     assert (AirRunConfig, CheckpointConfig, FailureConfig, ScalingConfig) == (
         tuneplat.RunConfig, tuneplat.CheckpointConfig, tuneplat.FailureConfig, tuneplat.ScalingConfig)
-    from tuneplat.logger.mlflow import MLflowLoggerCallback as A
     from tuneplat.air.integrations.mlflow import MLflowLoggerCallback as B
+    from tuneplat.logger.mlflow import MLflowLoggerCallback as A
     assert A is B
     with pytest.raises(ImportError):
         importlib.import_module("tuneplat.tune.no_such_module")

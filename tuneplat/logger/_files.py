@@ -81,8 +81,8 @@ class _TrialFiles:
         if self.tb is None:
             self.tb = self.writer_cls(logdir=self.path) if "tensorboardX" in self.writer_cls.__module__ \
                 else self.writer_cls(log_dir=self.path)
-        step = flat.get("training_iteration")
-        step = int(step) if isinstance(step, Number) else None
+        raw = flat.get("training_iteration")
+        step = int(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
         for key, value in flat.items():
             if isinstance(value, Number) and not isinstance(value, bool) and key != "pid":
                 self.tb.add_scalar(f"ray/tune/{key}", float(value), global_step=step)  # type: ignore[arg-type]

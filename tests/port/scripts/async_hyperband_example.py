@@ -2,8 +2,9 @@
 import argparse
 import time
 
-from tuneplat import tune  # was: from ray import tune
 from tuneplat.tune.schedulers import AsyncHyperBandScheduler  # was: from ray.tune.schedulers import ...
+
+from tuneplat import tune  # was: from ray import tune
 
 
 def evaluation_fn(step, width, height):

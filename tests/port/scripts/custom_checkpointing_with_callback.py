@@ -4,9 +4,10 @@ import argparse
 import os
 import time
 
-from tuneplat import tune  # was: from ray import tune
 from tuneplat.tune.experiment import Trial  # was: from ray.tune.experiment import Trial
 from tuneplat.tune.result import SHOULD_CHECKPOINT  # was: from ray.tune.result import SHOULD_CHECKPOINT
+
+from tuneplat import tune  # was: from ray import tune
 
 
 def evaluation_fn(step, width, height):

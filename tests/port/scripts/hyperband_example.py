@@ -4,10 +4,10 @@ import json
 import os
 
 import numpy as np
+from tuneplat.tune.schedulers import HyperBandScheduler  # was: from ray.tune.schedulers import HyperBandScheduler
 
 from tuneplat import tune  # was: from ray import tune
 from tuneplat.tune import Trainable  # was: from ray.tune import Trainable
-from tuneplat.tune.schedulers import HyperBandScheduler  # was: from ray.tune.schedulers import HyperBandScheduler
 
 
 class MyTrainableClass(Trainable):

@@ -2,8 +2,9 @@
 import argparse
 import time
 
-from tuneplat import tune  # was: from ray import tune
 from tuneplat.tune.logger import LoggerCallback  # was: from ray.tune.logger import LoggerCallback
+
+from tuneplat import tune  # was: from ray import tune
 
 
 class TestLoggerCallback(LoggerCallback):

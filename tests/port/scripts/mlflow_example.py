@@ -5,7 +5,10 @@ import time
 import mlflow
 
 from tuneplat import tune  # was: from ray import tune
-from tuneplat.air.integrations.mlflow import MLflowLoggerCallback, setup_mlflow  # was: from ray.air.integrations.mlflow import ...
+from tuneplat.air.integrations.mlflow import (  # was: from ray.air.integrations.mlflow import ...
+    MLflowLoggerCallback,
+    setup_mlflow,
+)
 
 
 def evaluation_fn(step, width, height):

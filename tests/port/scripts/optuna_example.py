@@ -2,9 +2,10 @@
 import time
 from typing import Any, Dict, Optional
 
-from tuneplat import tune  # was: from ray import tune
 from tuneplat.tune.search import ConcurrencyLimiter  # was: from ray.tune.search import ConcurrencyLimiter
 from tuneplat.tune.search.optuna import OptunaSearch  # was: from ray.tune.search.optuna import OptunaSearch
+
+from tuneplat import tune  # was: from ray import tune
 
 
 def evaluation_fn(step, width, height, mult=1):

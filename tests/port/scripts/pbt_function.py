@@ -6,10 +6,10 @@ import random
 import tempfile
 
 import numpy as np
+from tuneplat.tune.schedulers import PopulationBasedTraining  # was: from ray.tune.schedulers import ...
 
 from tuneplat import train, tune  # was: from ray import train, tune
 from tuneplat.train import Checkpoint  # was: from ray.train import Checkpoint
-from tuneplat.tune.schedulers import PopulationBasedTraining  # was: from ray.tune.schedulers import ...
 
 
 def pbt_function(config):

@@ -1,6 +1,6 @@
 # Ray Train's "Hyperparameter tuning with Ray Tune" guide: a TorchTrainer inside a Tuner, with the ScalingConfig and
 # the train_loop_config in param_space; air.session spellings. Imports changed only. No main guard.
-from tuneplat import train, tune  # was: from ray import train, tune
+from tuneplat import tune  # was: from ray import tune
 from tuneplat.air import session  # was: from ray.air import session
 from tuneplat.train import ScalingConfig  # was: from ray.train import ScalingConfig
 from tuneplat.train.torch import TorchTrainer  # was: from ray.train.torch import TorchTrainer

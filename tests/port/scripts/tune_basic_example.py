@@ -2,8 +2,9 @@
 # top level of the script (no main guard), imports changed only.
 import time
 
-from tuneplat import tune  # was: from ray import tune
 from tuneplat.tune.schedulers import AsyncHyperBandScheduler  # was: from ray.tune.schedulers import ...
+
+from tuneplat import tune  # was: from ray import tune
 
 print("TOP LEVEL RAN", flush=True)
 
