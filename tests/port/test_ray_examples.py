@@ -86,6 +86,7 @@ def test_logging_example_custom_logger_names_and_ray_files(tmp_path):
 def test_tensorboard_files_hold_the_results(tmp_path):
     run_example("logging_example", tmp_path, "--smoke-test")
     from tensorboardX.proto import event_pb2
+    from tensorboardX.record_writer import masked_crc32c  # an independent check of the TFRecord framing
 
     events = glob.glob(str(tmp_path / "tuneplat_results" / "hyperband_test" / "*" / "events.out.tfevents.*"))
     assert len(events) == 3
@@ -95,7 +96,10 @@ def test_tensorboard_files_hold_the_results(tmp_path):
     pos = 0
     while pos < len(data):  # TFRecord framing: length (8), crc (4), payload, crc (4)
         n = int.from_bytes(data[pos:pos + 8], "little")
-        ev = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+        assert int.from_bytes(data[pos + 8:pos + 12], "little") == masked_crc32c(data[pos:pos + 8])
+        payload = data[pos + 12:pos + 12 + n]
+        assert int.from_bytes(data[pos + 12 + n:pos + 16 + n], "little") == masked_crc32c(payload)
+        ev = event_pb2.Event.FromString(payload)
         tags.update(v.tag for v in ev.summary.value)
         pos += 16 + n
     assert {"ray/tune/mean_loss", "ray/tune/training_iteration"} <= tags

@@ -9,7 +9,7 @@ background thread so that the loop only puts each result on a queue:
   added as columns); continued after ``Tuner.restore``.
 - TensorBoard event files (``events.out.tfevents.*``) in the trial folder, when
   ``tensorboardX`` (or ``torch.utils.tensorboard`` with ``tensorboard``) is
-  installed: every numeric value as a scalar under Ray's tag ``ray/tune/<key>``,
+  installed, as Ray does (written by :mod:`._tbevents`, without those packages): every numeric value as a scalar under Ray's tag ``ray/tune/<key>``,
   step ``training_iteration``; so ``tensorboard --logdir <experiment folder>``
   works as it does on Ray results.
 """
@@ -26,42 +26,38 @@ from typing import Any
 
 from .._callbacks import ControllerCallback
 from ..search._space import flatten_dict
+from ._tbevents import EventFile
 
-__all__ = ["FileLoggers", "tensorboard_writer_class"]
+__all__ = ["FileLoggers", "tensorboard_available"]
 
 logger = logging.getLogger("tuneplat")
 
 
-def tensorboard_writer_class() -> Any:
-    """``SummaryWriter`` from tensorboardX, else from torch.utils.tensorboard; None when neither works."""
-    try:
-        from tensorboardX import SummaryWriter
+def tensorboard_available() -> bool:
+    """Whether ``tensorboardX`` or TensorBoard (for ``torch.utils.tensorboard``) is installed (Ray's condition).
 
-        return SummaryWriter
-    except ImportError:
-        pass
-    try:
-        from torch.utils.tensorboard import SummaryWriter as TorchWriter
+    The files are written by tuneplat's own small writer (:mod:`._tbevents`): no
+    writer thread per trial and no import of those packages on the tuner's path.
+    """
+    import importlib.util
 
-        return TorchWriter
-    except ImportError:
-        return None
+    return any(importlib.util.find_spec(m) is not None for m in ("tensorboardX", "tensorboard"))
 
 
 class _TrialFiles:
-    def __init__(self, path: str, want_csv: bool, writer_cls: Any) -> None:
+    def __init__(self, path: str, want_csv: bool, want_tb: bool) -> None:
         self.path = path
         self.csv_file: Any = None
         self.csv: csv.DictWriter[str] | None = None
         self.want_csv = want_csv
-        self.writer_cls = writer_cls
-        self.tb: Any = None
+        self.want_tb = want_tb
+        self.tb: EventFile | None = None
 
     def write(self, result: dict[str, Any]) -> None:
         flat = flatten_dict(result)
         if self.want_csv:
             self._write_csv(flat)
-        if self.writer_cls is not None:
+        if self.want_tb:
             self._write_tb(flat)
 
     def _write_csv(self, flat: dict[str, Any]) -> None:
@@ -79,13 +75,13 @@ class _TrialFiles:
 
     def _write_tb(self, flat: dict[str, Any]) -> None:
         if self.tb is None:
-            self.tb = self.writer_cls(logdir=self.path) if "tensorboardX" in self.writer_cls.__module__ \
-                else self.writer_cls(log_dir=self.path)
+            self.tb = EventFile(self.path)
         raw = flat.get("training_iteration")
         step = int(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
-        for key, value in flat.items():
-            if isinstance(value, Number) and not isinstance(value, bool) and key != "pid":
-                self.tb.add_scalar(f"ray/tune/{key}", float(value), global_step=step)  # type: ignore[arg-type]
+        stamp = flat.get("timestamp")
+        self.tb.scalars(((f"ray/tune/{k}", float(v)) for k, v in flat.items()
+                         if isinstance(v, Number) and not isinstance(v, bool) and k != "pid"), step,
+                        float(stamp) if isinstance(stamp, (int, float)) else None)
 
     def flush(self) -> None:
         if self.csv_file is not None:
@@ -112,13 +108,13 @@ class FileLoggers(ControllerCallback):
 
     def __init__(self, csv: bool = True, tensorboard: bool = True) -> None:
         self.want_csv = csv
-        self.writer_cls = tensorboard_writer_class() if tensorboard else None
+        self.want_tb = tensorboard and tensorboard_available()
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._failed = False
 
     def on_experiment_start(self, ctrl: Any) -> None:
-        if self.want_csv or self.writer_cls is not None:
+        if self.want_csv or self.want_tb:
             self._thread = threading.Thread(target=self._run, name="tuneplat-file-loggers", daemon=True)
             self._thread.start()
 
@@ -147,7 +143,7 @@ class FileLoggers(ControllerCallback):
                     _, trial_id, path, result = item
                     tf = files.get(trial_id)
                     if tf is None:
-                        tf = files[trial_id] = _TrialFiles(path, self.want_csv, self.writer_cls)
+                        tf = files[trial_id] = _TrialFiles(path, self.want_csv, self.want_tb)
                     tf.write(result)
                 elif item[0] == "end" and item[1] in files:
                     files.pop(item[1]).close()
