@@ -16,11 +16,13 @@ process of its own (the loop only sends each result down a pipe):
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from .._callbacks import ControllerCallback
@@ -44,9 +46,12 @@ def tensorboard_available() -> bool:
 class FileLoggers(ControllerCallback):
     """Writes ``progress.csv`` and TensorBoard files per trial, in a small process of its own.
 
-    The tuner's loop only sends each result down a pipe (one JSON line); the
-    writer process (:mod:`._writer_proc`, standard library only) does the
-    rest, so the files cost the tuner neither CPU nor its GIL.
+    The tuner's loop only appends each result, as one JSON line, to a list
+    (a few microseconds); a thread hands the lines to the writer process
+    (:mod:`._writer_proc`, standard library only) several times a second, so
+    that neither a slow disk nor the writer's CPU ever holds up a report. At
+    the end of the experiment every line is written and the files are closed
+    before ``fit()`` returns.
 
     Args:
         csv: write ``progress.csv``.
@@ -57,6 +62,10 @@ class FileLoggers(ControllerCallback):
         self.want_csv = csv
         self.want_tb = tensorboard and tensorboard_available()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._lines: collections.deque[bytes] = collections.deque()
+        self._wake = threading.Event()
+        self._ending = False
+        self._thread: threading.Thread | None = None
 
     def on_experiment_start(self, ctrl: Any) -> None:
         if not (self.want_csv or self.want_tb):
@@ -67,17 +76,34 @@ class FileLoggers(ControllerCallback):
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         except OSError as exc:
             logger.warning("tuneplat: cannot start the writer of progress.csv / TensorBoard files: %s", exc)
+            return
+        self._thread = threading.Thread(target=self._hand_over, name="tuneplat-file-loggers", daemon=True)
+        self._thread.start()
+
+    def _hand_over(self) -> None:
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None
+        while True:
+            self._wake.wait(0.25)
+            self._wake.clear()
+            ending = self._ending
+            batch = []
+            while self._lines:
+                batch.append(self._lines.popleft())
+            if batch:
+                try:
+                    proc.stdin.write(b"".join(batch))
+                    proc.stdin.flush()
+                except (OSError, ValueError) as exc:
+                    logger.warning("tuneplat: the writer of progress.csv / TensorBoard files stopped (%s); they "
+                                   "end here", exc)
+                    return
+            if ending and not self._lines:
+                return
 
     def _send(self, msg: list[Any]) -> None:
-        proc = self._proc
-        if proc is None or proc.stdin is None:
-            return
-        try:
-            proc.stdin.write(json.dumps(msg, default=str).encode("utf-8") + b"\n")
-            proc.stdin.flush()
-        except (OSError, ValueError) as exc:
-            logger.warning("tuneplat: the writer of progress.csv / TensorBoard files stopped (%s); they end here", exc)
-            self._proc = None
+        if self._thread is not None:
+            self._lines.append(json.dumps(msg, default=str).encode("utf-8") + b"\n")
 
     def on_trial_result(self, ctrl: Any, trial: Any, result: dict[str, Any]) -> None:
         self._send(["result", trial.trial_id, trial.path, result])
@@ -86,9 +112,13 @@ class FileLoggers(ControllerCallback):
         self._send(["end", trial.trial_id])
 
     def on_experiment_end(self, ctrl: Any, status: str) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
+        proc, thread = self._proc, self._thread
+        self._proc = self._thread = None
+        if proc is None or thread is None:
             return
+        self._ending = True
+        self._wake.set()
+        thread.join()
         try:
             if proc.stdin is not None:
                 proc.stdin.close()

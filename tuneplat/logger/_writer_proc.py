@@ -79,6 +79,7 @@ class TrialFiles:
 
 def main() -> None:
     want_csv, want_tb = sys.argv[1] == "1", sys.argv[2] == "1"
+
     files: dict[str, TrialFiles] = {}
     fd = sys.stdin.fileno()
     pending = b""
