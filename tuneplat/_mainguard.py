@@ -20,17 +20,14 @@ level) gets one clear error instead of pages of tracebacks.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import multiprocessing
 import multiprocessing.spawn
-import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["check_main_guard", "embedded_workers", "unguarded_call_site"]
+__all__ = ["check_main_guard", "embedded_workers"]
 
 #: the name Dask's nanny gives the worker process it spawns (distributed/nanny.py)
 _DASK_WORKER_PROCESS = "Dask Worker process (from Nanny)"
@@ -73,33 +70,6 @@ def embedded_workers() -> Iterator[None]:
     finally:
         with _lock:
             _active -= 1
-
-
-def _tests_main(test: ast.expr) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(test))
-
-
-def unguarded_call_site() -> tuple[str, int] | None:
-    """``(script, line)`` when the caller runs in the ``__main__`` script's top level outside a main guard."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if main is None or not isinstance(path, str) or not path.endswith(".py") or not os.path.isfile(path):
-        return None  # an interactive session, a notebook, python -c: nothing is imported again
-    frame: Any = sys._getframe(1)
-    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    line = frame.f_lineno
-    try:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _tests_main(node.test) and node.lineno <= line <= (node.end_lineno or line):
-            return None
-    return path, line
 
 
 def check_main_guard(client: Any, address: str | None, caller: str = "Tuner.fit()") -> None:

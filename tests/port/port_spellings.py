@@ -53,3 +53,13 @@ def trainer_loop(config):
         if config.get("fail_at") == epoch and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()
             raise RuntimeError("first attempt fails")
+
+
+def logs_to_its_mlflow_run(config):
+    from tuneplat.air.integrations.mlflow import setup_mlflow
+
+    mlflow = setup_mlflow(config)
+    for step in range(2):
+        mlflow.log_metric("inner", config["x"] * step, step=step)
+        tune.report({"loss": config["x"] - step})
+    tune.report({"run_id": mlflow.active_run().info.run_id})

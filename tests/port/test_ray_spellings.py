@@ -208,3 +208,28 @@ def test_mlflow_logger_callback_aims_the_mirror(tmp_path):
     with pytest.raises(ValueError, match="several"):
         mirror_config(RunConfig(callbacks=[cb, MLflowLoggerCallback()]))
     assert json.dumps  # (module used above)
+
+
+def test_setup_mlflow_logs_into_the_mirrors_run_named_by_the_name_creator(dask_client, storage):
+    """MLflowLoggerCallback aims the mirror; setup_mlflow in the trial gets the mirror's child run: one run per trial."""
+    import mlflow
+
+    from tuneplat.air.integrations.mlflow import MLflowLoggerCallback
+
+    grid = tune.Tuner(S.logs_to_its_mlflow_run, param_space={"x": tune.grid_search([1.0, 2.0])},
+                      tune_config=tune.TuneConfig(trial_name_creator=lambda t: f"run-x{t.config['x']:g}"),
+                      run_config=RunConfig(storage_path=storage, verbose=0, name="named", mlflow=False,
+                                           callbacks=[MLflowLoggerCallback(experiment_name="named-exp")]),
+                      client=dask_client).fit()
+    assert grid.num_errors == 0
+    client = mlflow.MlflowClient(f"sqlite:///{os.path.abspath(storage)}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("named-exp").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["named", "run-x1", "run-x2"]  # no run made twice
+    by_name = {r.info.run_name: r for r in runs}
+    for r in grid:
+        run = by_name[f"run-x{r.config['x']:g}"]
+        assert r.metrics["run_id"] == run.info.run_id  # the trial's active run was the mirror's child run
+        assert [m.value for m in client.get_metric_history(run.info.run_id, "inner")] == [0.0, r.config["x"]]
+        assert run.info.status == "FINISHED"
+    target = os.path.join(storage, "named", "mlflow_target.json")
+    assert oct(os.stat(target).st_mode & 0o777) == "0o600"
