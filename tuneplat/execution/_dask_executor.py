@@ -200,8 +200,7 @@ class DaskTrialExecutor(TrialExecutor):
         ctx = self.ctx
         placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
         if placement is None and not self.groups:  # nothing running will free a slot: the cluster changed
-            assert self.cluster is not None
-            self.ledger.refresh(self.cluster.slots())
+            self._refresh_ledger()  # (and keep looking while a replacement worker is awaited)
             placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
         if placement is None:
             if not self.groups and self._starved_since is None:
@@ -513,8 +512,11 @@ class DaskTrialExecutor(TrialExecutor):
             if conn.rank is not None and conn.group is not None:
                 conn.rank.conn = None
                 conn.rank.channel = None
-                if conn.rank.finished is None and conn.group.aborted and conn.group.failure is None:
-                    conn.rank.finished = "aborted"  # we ended it (a lost peer before start, an interrupt)
+                if conn.rank.finished is None and conn.group.aborted and (
+                        conn.group.failure is None or (conn.rank.conn_shut and not _process_gone(conn.rank))):
+                    # we ended it (another rank failed, a lost peer before start, an interrupt): its process
+                    # lives on, so its worker stays usable (a dead one is quarantined below)
+                    conn.rank.finished = "aborted"
                 elif conn.rank.finished is None and not conn.rank.started_ack:
                     # a chained rank's runner went away before it acknowledged "next": no user code ran
                     self._lost_before_start(conn.group, conn.rank)
@@ -820,3 +822,23 @@ class DaskTrialExecutor(TrialExecutor):
         else:
             outcome, message, tb = Outcome.FINISHED, None, None
         self._events.append(Ended(group.trial_id, outcome, message, tb))
+
+
+def _process_gone(rank: Any) -> bool:
+    """True when ``rank``'s process is known to have died (it ran on this host and its pid is gone or a zombie).
+
+    On another host nothing is known here: False (the scheduler's view of that worker decides)."""
+    if not rank.pid or rank.hostname != socket.gethostname():
+        return False
+    try:
+        with open(f"/proc/{rank.pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state in ("Z", "X")
+    except (OSError, IndexError):
+        try:
+            os.kill(rank.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
