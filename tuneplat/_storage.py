@@ -587,6 +587,9 @@ class CheckpointStore:
     """
 
     filesystem: Any = None
+    #: each call is a network round trip or more (object stores): the tuner runs commits, deletions and copies
+    #: on its I/O threads so that one slow request never delays another trial's decision
+    slow: bool = False
 
     def trial_url(self, trial_path: str) -> str | None:
         """The trial's folder on remote storage (None: checkpoints live in ``trial_path``)."""
@@ -623,6 +626,8 @@ class LocalCheckpointStore(CheckpointStore):
 
 
 class FsspecCheckpointStore(CheckpointStore):
+    slow = True
+
     def __init__(self, fs: Any, remote_dir: str) -> None:
         self.filesystem = fs
         self.remote_dir = remote_dir
