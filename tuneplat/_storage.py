@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
+from ._settings import env_seconds, env_str
+
 __all__ = [
     "CheckpointStore",
     "FsspecCheckpointStore",
@@ -299,7 +301,7 @@ class Storage:
 
 
 def _cache_root() -> str:
-    return os.environ.get("TUNEPLAT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuneplat")
+    return env_str("TUNEPLAT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuneplat")
 
 
 def local_cache_for(url: str) -> str:
@@ -515,7 +517,7 @@ class ExperimentSync:
         self.local_dir = local_dir
         self.fs = fs
         self.remote_dir = remote_dir
-        self.period_s = float(os.environ.get("TUNEPLAT_SYNC_PERIOD_S", "10")) if period_s is None else period_s
+        self.period_s = env_seconds("TUNEPLAT_SYNC_PERIOD_S", 10) if period_s is None else period_s
         self._seen: dict[str, tuple[int, float]] = {}
         self._thread: threading.Thread | None = None
         self._last = 0.0

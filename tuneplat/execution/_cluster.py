@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from .._settings import env_seconds, env_str
+
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot"]
 
 logger = logging.getLogger("tuneplat")
@@ -91,7 +93,7 @@ class Cluster:
         """
         spec = getattr(getattr(self.client, "cluster", None), "worker_spec", None)
         expected = max(1, len(spec)) if spec else 1
-        timeout = float(os.environ.get("TUNEPLAT_WORKER_WAIT_S", "60"))
+        timeout = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)
         try:
             self.client.wait_for_workers(expected, timeout=timeout)
         except TimeoutError:
@@ -128,7 +130,7 @@ class Cluster:
 
     def tuner_host(self) -> str:
         """The address ranks use to reach the tuner: loopback when every worker is local."""
-        env = os.environ.get("TUNEPLAT_TUNER_HOST")
+        env = env_str("TUNEPLAT_TUNER_HOST")
         if env:
             return env
         hosts = {s.host for s in self.slots()}

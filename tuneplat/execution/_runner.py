@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from .._settings import env_seconds
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, _set_session
 from ._wire import recv_msg, send_msg, send_token
 
@@ -231,7 +232,7 @@ def _release_gpu_memory() -> None:
 
 #: how long an idle runner waits for the tuner's next trial before it returns (a safety net: the tuner answers
 #: "next" or "bye" in the same pass of its loop that handled "done")
-IDLE_WAIT_S = float(os.environ.get("TUNEPLAT_RUNNER_IDLE_S", "60"))
+IDLE_WAIT_S = env_seconds("TUNEPLAT_RUNNER_IDLE_S", 60)
 
 
 def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 
 from .._callbacks import Callback
 from .._config import MLflowConfig
+from .._settings import env_seconds
 
 __all__ = ["MLflowCallback", "default_tracking_uri"]
 
@@ -45,7 +46,7 @@ logger = logging.getLogger("tuneplat")
 
 def _flush_timeout() -> float:
     """Seconds the end-of-experiment flush waits without any progress before giving up."""
-    return float(os.environ.get("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", "30"))
+    return env_seconds("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", 30)
 
 #: extra seconds the tuner waits for an uploader stuck in one request (2 retries x 20 s timeout + backoff)
 STUCK_GRACE_S = 90.0
