@@ -638,6 +638,13 @@ class DaskTrialExecutor(TrialExecutor):
                     # Its worker died before this rank ran any user code: not the trial's failure; place it again.
                     self._lost_before_start(group, rank)
                     continue
+                if not rank.ever_connected and type(exc).__name__ == "TunerUnreachable":
+                    # its host cannot reach the tuner's port: place nothing more there; try the trial elsewhere
+                    self.ledger.quarantine(rank.assignment.address)
+                    logger.warning("tuneplat: %s; no trial is placed on %s any more", exc, rank.assignment.address)
+                    if any(a not in self.ledger.quarantined for a in self.ledger.slots):
+                        self._lost_before_start(group, rank)
+                        continue
                 rank.finished = "error"
                 tb = "".join(traceback.format_exception(exc)) if exc else None
                 self._fail_group(group, f"rank {rank.index} failed on its Dask worker: {type(exc).__name__}: {exc}",
