@@ -8,7 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -221,13 +221,15 @@ class Cluster:
             "leads to the workers). Give the tuner an address the workers can connect to: "
             "RunConfig(tuner_host=...) or TUNEPLAT_TUNER_HOST, and open its port (RunConfig(tuner_port=...))")
 
-    def check_reachable(self, address: tuple[str, int], ledger: Ledger) -> None:
+    def check_reachable(self, address: tuple[str, int], ledger: Ledger,
+                        serving: Callable[[Callable[[], Any]], Any] = lambda fn: fn()) -> None:
         """Once, before any trial: can every worker host open the tuner's result port?
 
         Skipped when every worker is on this machine. Workers on hosts that
         cannot connect are quarantined (no trial is placed there); when none
         can, :class:`~tuneplat.execution._channel.TunerUnreachable` is raised
-        naming the address, the hosts and what to set.
+        naming the address, the hosts and what to set. ``serving(fn)`` calls
+        ``fn`` while the tuner's port answers (a TLS handshake needs the tuner).
         """
         from ._channel import TunerUnreachable
 
@@ -236,7 +238,7 @@ class Cluster:
             return
         tls = self.tls
         try:
-            answers = self.client.run(_probe_tuner, tuple(address), tls, on_error="return")
+            answers = serving(lambda: self.client.run(_probe_tuner, tuple(address), tls, on_error="return"))
         except Exception as exc:  # noqa: BLE001 - the probe is advice; trials still report their own failures
             logger.warning("tuneplat: could not check that the workers reach the tuner at %s:%d: %s", *address, exc)
             return
@@ -253,7 +255,10 @@ class Cluster:
         example = next(iter(bad.values()))
         if len(bad) >= len(answers):
             raise TunerUnreachable(f"no Dask worker can reach the tuner's result port at {address[0]}:{address[1]} "
-                                   f"(hosts {hosts}): {example}")
+                                   f"(hosts {hosts}): {example}. Open that port to the workers in the firewall (fix "
+                                   "it with RunConfig(tuner_port=...) or TUNEPLAT_TUNER_PORT, a port or a range "
+                                   "'8790-8799'), or give an address of this machine that the workers can reach: "
+                                   "RunConfig(tuner_host=...) or TUNEPLAT_TUNER_HOST")
         logger.warning("tuneplat: the workers on %s cannot reach the tuner at %s:%d; no trial is placed there (%s)",
                        hosts, address[0], address[1], example)
 
@@ -282,7 +287,7 @@ def _source_address(target: tuple[str, int]) -> str | None:
         return None
 
 
-def _probe_tuner(address: tuple[str, int], tls: bool) -> str | None:
+def _probe_tuner(address: tuple[str, int], tls: bool, dask_worker: Any = None) -> str | None:
     """Runs on each worker: None when a TCP (and TLS) connection to the tuner opens, else why not."""
     import ssl
 
@@ -295,7 +300,7 @@ def _probe_tuner(address: tuple[str, int], tls: bool) -> str | None:
     except OSError as exc:
         return f"{host} cannot connect to the tuner at {where}: {type(exc).__name__}: {exc}"
     try:
-        ctx = channel_client_context(tls)
+        ctx = channel_client_context(tls, dask_worker)
         if ctx is not None:
             raw = ctx.wrap_socket(raw)
     except (ssl.SSLError, OSError, RuntimeError) as exc:

@@ -180,7 +180,30 @@ class DaskTrialExecutor(TrialExecutor):
         self._listener = Listener(self._selector, host, self._tuner_ports, self.cluster.channel_server_context(),
                                   self._lookup_token)
         self.tuner_addr = self._listener.address
-        self.cluster.check_reachable(self.tuner_addr, self.ledger)
+        self.cluster.check_reachable(self.tuner_addr, self.ledger, self._serving)
+
+    def _serving(self, fn: Any) -> Any:
+        """``fn()`` in a thread while this thread answers the tuner's port (the workers' reachability probe)."""
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                box["error"] = exc
+            self._wake(("served", None))
+
+        thread = threading.Thread(target=call, name="tuneplat-probe", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            self._select(0.5)  # (the thread wakes the selector when it ends)
+            self._wake_events = collections.deque(e for e in self._wake_events if e[0] != "served")
+            if self._listener is not None:
+                self._listener.tick(time.monotonic())
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     def _lookup_token(self, tid: bytes) -> tuple[bytes, Any] | None:
         group = self.tokens.get(tid)

@@ -288,14 +288,14 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
 CONNECT_TIMEOUT_S = float(os.environ.get("TUNEPLAT_CONNECT_TIMEOUT_S", "10"))
 
 
-def channel_client_context(tls: bool) -> Any:
+def channel_client_context(tls: bool, worker: Any = None) -> Any:
     """The TLS context a rank connects with: its Dask worker's own certificates (None for plain TCP)."""
     if not tls:
         return None
     try:
         from distributed import get_worker
 
-        security = get_worker().security
+        security = (worker or get_worker()).security
     except ValueError:
         security = None
     ctx = security.get_connection_args("worker").get("ssl_context") if security is not None else None
