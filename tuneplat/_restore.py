@@ -108,9 +108,14 @@ def load_tuner_state(experiment_dir: str) -> dict[str, Any]:
     return state
 
 
-def _config(event: dict[str, Any], key: str = "config") -> dict[str, Any]:
+def _config(event: dict[str, Any], key: str = "config", trusted: bool = False) -> dict[str, Any]:
+    """A trial's config from a journal event: the JSON copy, or (``trusted`` only) the exact pickled one.
+
+    Configs that JSON cannot hold exactly (objects, tuples) are also journaled
+    pickled; only a restore, which runs the user's own code anyway, unpickles them.
+    """
     blob = event.get("config_pickle")
-    if blob:
+    if blob and trusted:
         try:
             import cloudpickle
 
@@ -120,11 +125,15 @@ def _config(event: dict[str, Any], key: str = "config") -> dict[str, Any]:
     return dict(event.get(key) or {})
 
 
-def load_trials(experiment_dir: str, storage_fs: Any = None) -> tuple[list[Trial], dict[str, Any]]:
+def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = False
+                ) -> tuple[list[Trial], dict[str, Any]]:
     """Replay ``journal.jsonl`` into trials (status as last recorded) and experiment metadata.
 
     ``storage_fs`` is the filesystem of checkpoints recorded as URLs (remote
     storage); without it fsspec opens each URL with its default configuration.
+    Nothing is unpickled unless ``trusted`` (a restore of the user's own
+    experiment): read-only views (``tuneplat status``/``best``, ``simulate``)
+    use the journal's JSON copy of each config.
     """
     events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
     trials: dict[str, Trial] = {}
@@ -139,7 +148,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None) -> tuple[list[Trial
             path = ev["path"]
             if not os.path.isdir(path):  # the folder moved: trial folders sit beside the journal
                 path = os.path.join(experiment_dir, os.path.basename(path))
-            trials[tid] = Trial(trial_id=tid, config=_config(ev), path=path, name=ev.get("name", tid))
+            trials[tid] = Trial(trial_id=tid, config=_config(ev, trusted=trusted), path=path, name=ev.get("name", tid))
         elif t is None:
             continue
         elif kind == "trial_start":
@@ -169,7 +178,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None) -> tuple[list[Trial
         elif kind == "trial_failure":
             t.num_failures += 1
         elif kind == "exploit":
-            t.config = _config(ev, "new_config")
+            t.config = _config(ev, "new_config", trusted)
             t.lineage.append({k: v for k, v in ev.items() if k not in ("event", "config_pickle")})
         elif kind == "mlflow_run":
             t.mlflow_run_id = ev.get("run_id")
@@ -210,7 +219,7 @@ def _drop_missing_checkpoints(trial: Trial) -> None:
 def prepare_resume(experiment_dir: str, *, resume_errored: bool = False, restart_errored: bool = False,
                    storage_fs: Any = None) -> list[Trial]:
     """Trials ready for a resumed run: unfinished ones PENDING (they resume from their checkpoint)."""
-    trials, _ = load_trials(experiment_dir, storage_fs)
+    trials, _ = load_trials(experiment_dir, storage_fs, trusted=True)  # a restore: the user's own folder
     for t in trials:
         if t.status in (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING):
             t.status = TrialStatus.PENDING

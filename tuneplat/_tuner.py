@@ -245,7 +245,7 @@ class Tuner:
         if self._results is None:
             from ._restore import load_trials
 
-            trials, meta = load_trials(self.experiment_dir, self._storage_fs)
+            trials, meta = load_trials(self.experiment_dir, self._storage_fs, trusted=True)  # our own, or restored
             self._results = result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
                                          self._storage_fs, self._remote_dir)
         return self._results

@@ -812,6 +812,9 @@ class TuneLoop:
 
 
 def _pickle_hex(obj: Any) -> str | None:
+    """A pickled copy of a config that JSON cannot hold exactly (the journal's JSON copy serves the rest)."""
+    if to_jsonable(obj) == obj:
+        return None
     try:
         return cloudpickle.dumps(obj).hex()
     except Exception:  # noqa: BLE001 - only needed to restore exotic configs
