@@ -22,17 +22,58 @@ logger = logging.getLogger("tuneplat")
 STATE_FILE = "tuner.pkl"
 
 
+def _without_secrets(state: dict[str, Any]) -> dict[str, Any]:
+    """The Tuner's arguments minus what holds credentials: they are given again to :meth:`Tuner.restore`.
+
+    ``RunConfig.storage_filesystem`` (an fsspec filesystem with its keys) and
+    TLS settings holding private keys in memory are left out; a tracking URI
+    loses its ``user:password@`` part (MLflow also reads
+    ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``).
+    """
+    import dataclasses
+
+    from ._redact import has_credentials, strip_credentials
+
+    rc = state.get("run_config")
+    if rc is None or not dataclasses.is_dataclass(rc):
+        return state
+    dropped = []
+    changes: dict[str, Any] = {}
+    if getattr(rc, "storage_filesystem", None) is not None:
+        changes["storage_filesystem"] = None
+        dropped.append("run_config.storage_filesystem")
+    sec = getattr(rc, "security", None)
+    if sec is not None:
+        keys = sec.values() if isinstance(sec, dict) else vars(sec).values() if hasattr(sec, "__dict__") else ()
+        if any(isinstance(v, str) and "PRIVATE KEY" in v for v in keys):
+            changes["security"] = None
+            dropped.append("run_config.security")
+    mlflow = getattr(rc, "mlflow", None)
+    uri = getattr(mlflow, "tracking_uri", None)
+    if uri and has_credentials(uri):
+        changes["mlflow"] = dataclasses.replace(mlflow, tracking_uri=strip_credentials(uri))  # type: ignore[type-var]
+        dropped.append("run_config.mlflow.tracking_uri's credentials")
+    if not changes:
+        return state
+    return {**state, "run_config": dataclasses.replace(rc, **changes), "not_saved": dropped}
+
+
 def save_tuner_state(experiment_dir: str, state: dict[str, Any]) -> None:
-    """Pickle the Tuner's arguments (atomically) so restore needs only the trainable."""
+    """Pickle the Tuner's arguments (atomically, readable by the owner only) so restore needs only the trainable.
+
+    Credentials are not saved (see :func:`_without_secrets`): restore says which to give again.
+    """
     os.makedirs(experiment_dir, exist_ok=True)
     tmp = os.path.join(experiment_dir, f".{STATE_FILE}.tmp")
     try:
-        data = cloudpickle.dumps(state)
+        data = cloudpickle.dumps(_without_secrets(state))
     except Exception as exc:  # noqa: BLE001
         logger.warning("tuneplat: cannot save the Tuner's settings for restore (%s); pass them to "
                        "Tuner.restore(...) again", exc)
         return
-    with open(tmp, "wb") as f:
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -105,6 +146,10 @@ def load_tuner_state(experiment_dir: str) -> dict[str, Any]:
         raise TunerStateError(f"{path} cannot be loaded ({type(exc).__name__}: {exc}). {hint}") from None
     if not isinstance(state, dict):
         raise TunerStateError(f"{path} holds a {type(state).__name__}, not the Tuner's settings. {hint}")
+    if state.get("not_saved"):
+        logger.warning("tuneplat: %s does not hold credentials (%s): give them again, e.g. "
+                       "Tuner.restore(path, trainable, storage_filesystem=...) or run_config=..., or set "
+                       "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD", path, ", ".join(state["not_saved"]))
     return state
 
 
