@@ -8,8 +8,6 @@ import os
 import socket
 import stat
 
-import pytest
-
 import tuneplat
 from tuneplat import MLflowConfig, RunConfig, TuneConfig, Tuner
 from tuneplat._redact import redact, strip_credentials
@@ -80,5 +78,3 @@ def test_unreachable_mlflow_with_credentials_is_reported_redacted(tmp_path, capl
                 assert SECRET.encode() not in f.read(), os.path.join(root, name)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    pytest.main([__file__])

@@ -22,7 +22,7 @@ def ddp(config):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     hosts: list[str] = [""] * dist.get_world_size()
     dist.all_gather_object(hosts, socket.gethostname())
-    for step in range(3):
+    for _ in range(3):
         x = torch.randn(8, 4)
         loss = model(x).pow(2).mean()
         opt.zero_grad()

@@ -12,9 +12,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import netns
+import pytest
 
 pytestmark = pytest.mark.multihost
 

@@ -58,11 +58,11 @@ def forward(target: tuple[str, int]) -> int:
 
 def main() -> None:
     opts = json.loads(sys.argv[1])
+    import mh_trainables
     from distributed import Client
     from distributed.security import Security
 
     from tuneplat import RunConfig, ScalingConfig, TuneConfig, Tuner, grid_search
-    import mh_trainables
 
     security = None
     if opts.get("certs"):
