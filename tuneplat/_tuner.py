@@ -182,7 +182,9 @@ class Tuner:
         executor = self._executor
         if executor is None:
             check_main_guard(self.client, self.run_config.address)  # before any worker process imports the script
-            executor = DaskTrialExecutor(self.client, self.run_config.address)
+            rc = self.run_config
+            executor = DaskTrialExecutor(self.client, rc.address, security=rc.security, tuner_host=rc.tuner_host,
+                                         tuner_port=rc.tuner_port)
         with ExperimentLock(self.experiment_dir):  # refuse a second Tuner on this experiment before touching it
             callbacks = (make_callbacks(self.run_config, self.experiment_name)
                          + adapt_callbacks(self.run_config.callbacks))
@@ -243,7 +245,7 @@ class Tuner:
         if self._results is None:
             from ._restore import load_trials
 
-            trials, meta = load_trials(self.experiment_dir, self._storage_fs)
+            trials, meta = load_trials(self.experiment_dir, self._storage_fs, trusted=True)  # our own, or restored
             self._results = result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
                                          self._storage_fs, self._remote_dir)
         return self._results

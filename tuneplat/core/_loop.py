@@ -870,6 +870,9 @@ _COMMIT_POLL_S = 0.005  # how often the loop looks at remote commits in flight
 
 
 def _pickle_hex(obj: Any) -> str | None:
+    """A pickled copy of a config that JSON cannot hold exactly (the journal's JSON copy serves the rest)."""
+    if to_jsonable(obj) == obj:
+        return None
     try:
         return cloudpickle.dumps(obj).hex()
     except Exception:  # noqa: BLE001 - only needed to restore exotic configs
