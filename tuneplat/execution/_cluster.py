@@ -13,13 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-<<<<<<< HEAD
 from .._settings import env_seconds, env_str
 
-__all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot"]
-=======
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
->>>>>>> security
 
 logger = logging.getLogger("tuneplat")
 
@@ -182,13 +178,6 @@ class Cluster:
                               info.get("pid")))
         return slots
 
-<<<<<<< HEAD
-    def tuner_host(self) -> str:
-        """The address ranks use to reach the tuner: loopback when every worker is local."""
-        env = env_str("TUNEPLAT_TUNER_HOST")
-        if env:
-            return env
-=======
     @property
     def tls(self) -> bool:
         """The cluster's scheduler speaks TLS: so does the tuner's result port."""
@@ -215,10 +204,9 @@ class Cluster:
         reached through a port-forward or an SSH tunnel), the one that routes to
         the workers. No such address: a ValueError that says what to set.
         """
-        chosen = explicit or os.environ.get("TUNEPLAT_TUNER_HOST")
+        chosen = explicit or env_str("TUNEPLAT_TUNER_HOST")
         if chosen:
             return chosen
->>>>>>> security
         hosts = {s.host for s in self.slots()}
         if hosts <= _LOOPBACK:
             return "127.0.0.1"
