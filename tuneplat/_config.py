@@ -234,6 +234,14 @@ class ScalingConfig:
     trainer_resources: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
+        for name in ("num_workers", "use_gpu", "resources_per_worker"):
+            value = getattr(self, name)
+            if (isinstance(value, Mapping) and "grid_search" in value) or hasattr(value, "sample"):
+                raise ValueError(
+                    f"ScalingConfig({name}={value!r}): a search domain in ScalingConfig (a different number of ranks "
+                    "or resources per trial, Ray Train's Tuner guide) is not supported: every trial of a Tuner runs "
+                    "with the same ScalingConfig. Run one Tuner per value, e.g. `for n in (1, 2): "
+                    "Tuner(trainer, param_space={'scaling_config': ScalingConfig(num_workers=n), ...}).fit()`.")
         _check(isinstance(self.num_workers, int) and self.num_workers >= 1,
                "ScalingConfig.num_workers", self.num_workers, "an int >= 1")
         _check(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),

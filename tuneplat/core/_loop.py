@@ -59,6 +59,7 @@ from ..execution._executor import (
     Outcome,
     RankFailed,
     Reported,
+    Saved,
     Started,
     Starved,
     TrialExecutor,
@@ -321,6 +322,8 @@ class TuneLoop:
             return
         if isinstance(event, Reported):
             self._on_step(event)
+        elif isinstance(event, Saved):
+            self._on_saved(event)
         elif isinstance(event, Ended):
             self._on_ended(event)
         elif isinstance(event, Started):
@@ -575,15 +578,7 @@ class TuneLoop:
         result, iteration = event.result, event.iteration
         if event.staged:
             if path is not None:
-                ckpt = Checkpoint(path, self.storage_fs)
-                if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
-                    trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
-                trial.checkpoints.append((ckpt, result))
-                self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id, "iteration": iteration,
-                                     "path": path, "metrics": to_jsonable(result)})
-                for cb in self.callbacks:
-                    cb.on_checkpoint(self, trial, ckpt, result)
-                self._apply_retention(trial)
+                self._record_checkpoint(trial, iteration, result, path)
         if run.resumed_from_clone:
             run.resumed_from_clone = False  # (its iterations may go back: they continue the source's)
         elif trial.results and trial.results[-1].get("training_iteration", 0) >= iteration:
@@ -625,6 +620,27 @@ class TuneLoop:
             self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
         save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
         self.executor.answer(trial.trial_id, decision, save=save)
+
+    def _record_checkpoint(self, trial: Trial, iteration: int, result: dict[str, Any], path: str) -> None:
+        assert self.journal is not None
+        ckpt = Checkpoint(path, self.storage_fs)
+        if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
+            trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
+        trial.checkpoints.append((ckpt, result))
+        self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id, "iteration": iteration,
+                             "path": path, "metrics": to_jsonable(result)})
+        for cb in self.callbacks:
+            cb.on_checkpoint(self, trial, ckpt, result)
+        self._apply_retention(trial)
+
+    def _on_saved(self, event: Saved) -> None:
+        """A checkpoint asked for by ``answer(save=True)`` (a result marked ``should_checkpoint``) was staged."""
+        trial = self.by_id[event.trial_id]
+        result = next((r for r in reversed(trial.results) if r.get("training_iteration") == event.iteration),
+                      trial.last_result)
+        path = self.store.commit(trial.path, checkpoint_name(event.iteration))  # (rare: inline on every store)
+        if path is not None:
+            self._record_checkpoint(trial, event.iteration, result, path)
 
     def _decide(self, trial: Trial, run: _Running, result: Mapping[str, Any]) -> tuple[Decision, str]:
         if run.stop_requested is not None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from .._init import requested
+from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
 
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
@@ -94,6 +96,8 @@ class Cluster:
         self.local_cluster = None
         self.owns_client = False
         self.local_gpus = 0
+        asked = requested()  # tuneplat.init(num_cpus=, num_gpus=, address=)
+        address = address if address is not None or client is not None else asked.address
         if client is None and address is None:
             try:
                 from distributed import get_client
@@ -115,15 +119,18 @@ class Cluster:
         else:
             from distributed import LocalCluster
 
-            cores = max(os.cpu_count() or 1, 1)
+            cores = asked.num_cpus or max(os.cpu_count() or 1, 1)
             # a rank needing k whole CPUs gets a worker process of k CPUs (cores // k of them), as Ray would
             # pack trials; a need beyond this machine is left to PlacementError to explain
             per = int(cpus_per_rank) if float(cpus_per_rank).is_integer() and 1 < cpus_per_rank <= cores else 1
-            self.local_gpus = _local_gpu_count()
+            self.local_gpus = _local_gpu_count() if asked.num_gpus is None else asked.num_gpus
             if security is None and _local_tls():
                 from distributed.security import Security
 
                 security = Security.temporary()  # in memory; every process of the cluster gets it from us
+            # its workers never run the user's __main__ script (Ray's workers don't): see tuneplat/_mainguard.py
+            self._no_main = contextlib.ExitStack()  # (a failed start leaves it held: harmless)
+            self._no_main.enter_context(embedded_workers())
             with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
                 self.local_cluster = LocalCluster(
                     n_workers=cores // per, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -276,6 +283,7 @@ class Cluster:
                 self.client.close()
             if self.local_cluster is not None:
                 self.local_cluster.close()
+                self._no_main.close()
 
 
 def _source_address(target: tuple[str, int]) -> str | None:

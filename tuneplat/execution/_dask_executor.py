@@ -43,6 +43,7 @@ from ._executor import (
     Outcome,
     RankFailed,
     Reported,
+    Saved,
     Started,
     Starved,
     TrialExecutor,
@@ -85,6 +86,7 @@ class _Group:
     ranks: list[_Rank]
     started: float = field(default_factory=time.monotonic)
     reports: dict[int, dict[int, tuple[Any, bool]]] = field(default_factory=dict)
+    saves: dict[int, set[int]] = field(default_factory=dict)  # iteration -> ranks that staged its late checkpoint
     rendezvous: tuple[Any, ...] | None = None
     failure: tuple[str, str | None] | None = None
     aborted: bool = False
@@ -617,6 +619,13 @@ class DaskTrialExecutor(TrialExecutor):
                 group.waiting_answer = iteration
                 self._events.append(Reported(group.trial_id, iteration, reports[0][0],
                                              any(s for _, s in reports.values())))
+        elif kind == "saved":  # a checkpoint asked for by answer(save=True), staged after the report
+            assert conn.rank is not None
+            got = group.saves.setdefault(msg[1], set())
+            got.add(conn.rank.index)
+            if len(got) == len(group.ranks):
+                del group.saves[msg[1]]
+                self._events.append(Saved(group.trial_id, msg[1]))
         elif kind == "started":
             assert conn.rank is not None
             conn.rank.started_ack = True

@@ -405,6 +405,11 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         chainable = chainable and isinstance(exc, Exception) and not _others_wait()
         idle = _send(session, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
     finally:
+        for cleanup in session.cleanups:
+            try:
+                cleanup()
+            except Exception:  # noqa: BLE001 - the trial's outcome is decided; keep the worker healthy
+                logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
         heartbeat.detach(session)
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)
