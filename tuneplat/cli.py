@@ -187,7 +187,14 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _quiet_libraries(verbose: bool) -> None:
-    """Libraries configure their loggers when first imported: call again after imports."""
+    """Libraries configure their loggers when first imported: call again after imports.
+
+    ``distributed`` sets its logger to INFO on import; it is imported here first, so that
+    a later import (when the cluster starts) cannot undo this (no "Connection ... has been
+    closed." INFO line at the end of a run).
+    """
+    import distributed  # noqa: F401
+
     for noisy in ("distributed", "optuna", "mlflow"):
         logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.WARNING)
 
@@ -297,11 +304,13 @@ def _save_sweep(sweep: Any, experiment_dir: str, remote_dir: str | None = None) 
         )
 
 
-def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any) -> int:
+def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any, verbose: int = 0) -> int:
+    """The exit status of a run; with ``-q`` (verbose 0) also the two summary lines (else the live view's end says it)."""
     n, n_err = len(results), results.num_errors
     status = _experiment_end_status(experiment_dir)
-    _out(f"tuneplat: {n} trials: {results.num_terminated} TERMINATED, {n_err} ERROR — {experiment_dir}")
-    if isinstance(metric, str) and mode in ("min", "max") and n > n_err:
+    if verbose < 1:
+        _out(f"tuneplat: {n} trials: {results.num_terminated} TERMINATED, {n_err} ERROR — {experiment_dir}")
+    if verbose < 1 and isinstance(metric, str) and mode in ("min", "max") and n > n_err:
         try:
             best = results.get_best_result(metric, mode)
             _out(
@@ -357,7 +366,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise _Fail(f"{args.sweep_file}: {str(exc).splitlines()[0]}") from None
     _save_sweep(sweep, tuner.experiment_dir, tuner._remote_dir)
     results = _fit(tuner)
-    return _summary(results, tuner.experiment_dir, tuner.tune_config.metric, tuner.tune_config.mode)
+    return _summary(results, tuner.experiment_dir, tuner.tune_config.metric, tuner.tune_config.mode,
+                    tuner.run_config.verbose)
 
 
 def _describe_obj(obj: Any) -> str:
@@ -511,7 +521,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     if not kwargs and (args.verbose or args.quiet):
         tuner.run_config.verbose = 2 if args.verbose else 0
     results = _fit(tuner)
-    return _summary(results, path, tuner.tune_config.metric, tuner.tune_config.mode)
+    return _summary(results, path, tuner.tune_config.metric, tuner.tune_config.mode, tuner.run_config.verbose)
 
 
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
@@ -615,19 +625,22 @@ def _cmd_best(args: argparse.Namespace) -> int:
         best = grid.get_best_result(metric, mode, scope=args.scope)
     except ValueError as exc:
         raise _Fail(str(exc).splitlines()[0]) from None
+    value = _scope_value(best, metric, mode, args.scope)
     info = {
         "experiment": meta["path"],
         "metric": metric,
         "mode": mode,
         "scope": args.scope,
-        "value": _jsonable(best.metrics.get(metric)),
+        "value": _jsonable(value),
         **_trial_json(best),
     }
     if args.json:
         _out(json.dumps(info, indent=2))
         return EXIT_OK
     _out(f"best trial   {best.trial_id} ({best.status}) by {metric} ({mode}, scope {args.scope})")
-    _out(f"{metric:<12} {_fmt(best.metrics.get(metric))}")
+    last = best.metrics.get(metric)
+    detail = "" if args.scope == "last" or value == last else f"   (scope {args.scope}; its last value: {_fmt(last)})"
+    _out(f"{metric:<12} {_fmt(value)}{detail}")
     _out(f"config       {json.dumps(_jsonable(best.config), sort_keys=True)}")
     shown = {k: v for k, v in best.metrics.items() if not isinstance(v, (dict, list))}
     _out(f"metrics      {json.dumps(_jsonable(shown), sort_keys=True)}")
@@ -635,6 +648,16 @@ def _cmd_best(args: argparse.Namespace) -> int:
     _out(f"mlflow run   {best.mlflow_run_id or '-'}")
     _out(f"trial folder {best.path}")
     return EXIT_OK
+
+
+def _scope_value(result: Any, metric: Any, mode: Any, scope: str) -> Any:
+    """The value that ranked ``result`` under ``scope``: its best ever for "all", its average for "avg"."""
+    from ._result import _score
+
+    if scope == "last":
+        return result.metrics.get(metric)
+    score = _score(result, metric, mode, scope)
+    return score if mode == "min" or not math.isfinite(score) else -score
 
 
 def _pareto(grid: Any, metrics: list[str], modes: list[str], as_json: bool) -> int:

@@ -73,7 +73,9 @@ class Cluster:
             # pack trials; a need beyond this machine is left to PlacementError to explain
             per = int(cpus_per_rank) if float(cpus_per_rank).is_integer() and 1 < cpus_per_rank <= cores else 1
             self.local_gpus = _local_gpu_count()
-            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
+            # the preload makes worker processes ignore Ctrl-C: the tuner ends trials and closes the cluster
+            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0,
+                                  "distributed.worker.preload": ["tuneplat.execution._worker_preload"]}):
                 self.local_cluster = LocalCluster(
                     n_workers=cores // per, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,

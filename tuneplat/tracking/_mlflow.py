@@ -607,6 +607,9 @@ def _child_main() -> None:
     ``("session", init)`` item, that session's events, its ``("close",)`` — until
     stdin ends. At the end of stdin it flushes what it has and leaves.
     """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tuner decides when logging ends (it closes our stdin)
     try:
         os.nice(10)  # the tuner's loop and the trials come first; logging catches up in idle time
     except OSError:
@@ -691,7 +694,10 @@ class _UploaderProcess:
         self.owner = os.getpid()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from tuneplat.tracking._mlflow import _child_main; _child_main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=full)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=full,
+            # its own session: a Ctrl-C (or a notebook kernel's interrupt/shutdown signal to the process group)
+            # reaches the tuner only; the uploader flushes and leaves when the tuner closes its stdin or dies
+            start_new_session=True)
         self.outq: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self.ready = threading.Event()
         self.session: _Session | None = None
@@ -953,6 +959,7 @@ class MLflowCallback(Callback):
         self.tracking_uri: str | None = None
         self.uploader: _Session | None = None
         self.parent_run_id: str | None = None
+        self.experiment_id: str | None = None  # the MLflow experiment's id, once the uploader made or found it
         self.unlogged: dict[str, int] = {}
         self._superseded: set[str] = set()
         # start (or find) the uploader process now: its ~3 s of start-up overlap the cluster's
@@ -969,6 +976,7 @@ class MLflowCallback(Callback):
             return
         for key, run_id, experiment_id in up.take_created():
             self.run_ids[key] = run_id
+            self.experiment_id = experiment_id
             if key == PARENT:
                 ctrl.journal.append({"event": "mlflow_parent_run", "run_id": run_id,
                                      "experiment_id": experiment_id, "tracking_uri": self.tracking_uri})
@@ -1177,11 +1185,11 @@ class MLflowCallback(Callback):
         if up.report is not None:
             report = {"tracking_uri": self.tracking_uri, **up.report}
         else:  # the uploader died or hung: we cannot know exactly what it had sent
-            report = {"tracking_uri": self.tracking_uri, "not_logged": {"unknown (uploader did not finish)": 1},
-                      "runs": [], "rejected": [], "last_error": up.broken}
+            report = {"tracking_uri": self.tracking_uri, "not_logged": {}, "runs": [], "rejected": [],
+                      "last_error": up.broken, "unconfirmed": True}
         left = report["not_logged"]
         self.unlogged = dict(left)
-        if not left and not report["rejected"]:
+        if not left and not report["rejected"] and not report.get("unconfirmed"):
             return
         path = os.path.join(ctrl.experiment_dir, "mlflow_unlogged.json")
         try:
@@ -1189,12 +1197,19 @@ class MLflowCallback(Callback):
                 json.dump(report, f, indent=2)
         except OSError:
             path = "(could not write the report file)"
-        if left:
+        if report.get("unconfirmed"):
+            self.unlogged = {"unconfirmed": 1}
+            logger.warning("tuneplat: the MLflow uploader stopped before confirming that everything reached %s (%s); "
+                           "the experiment's results are complete in %s.", self.tracking_uri,
+                           (report["last_error"] or "no reason given").splitlines()[0][:300], ctrl.experiment_dir)
+        elif left:
+            n_runs = len(report["runs"])
+            last_error = report["last_error"]
             logger.warning(
-                "tuneplat: MLflow at %s did not take everything: not logged %s for %d runs (last error: %s). "
-                "The experiment's results are complete in %s; details in %s.", self.tracking_uri,
-                ", ".join(f"{v} {k}" for k, v in left.items()), len(report["runs"]),
-                (report["last_error"] or "none").splitlines()[0][:300], ctrl.experiment_dir, path)
+                "tuneplat: MLflow at %s: not logged %s for %d run%s%s. The experiment's results are complete in %s; "
+                "details in %s.", self.tracking_uri, ", ".join(f"{v} {k}" for k, v in left.items()), n_runs,
+                "" if n_runs == 1 else "s", f" (last error: {last_error.splitlines()[0][:300]})" if last_error else "",
+                ctrl.experiment_dir, path)
         if report["rejected"]:
             logger.warning("tuneplat: MLflow rejected %d items (see %s): %s", len(report["rejected"]), path,
                            "; ".join(report["rejected"][:3]))
