@@ -37,7 +37,7 @@ from typing import Any
 from .._callbacks import Callback
 from .._config import MLflowConfig
 
-__all__ = ["MLflowCallback", "default_tracking_uri"]
+__all__ = ["MLflowCallback", "default_tracking_uri", "experiment_tags"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -60,6 +60,14 @@ _BAD_KEY_CHARS = re.compile(r"[^\w\-./ :]")
 _PERMANENT = frozenset({"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST",
                         "BAD_REQUEST", "INVALID_STATE", "PERMISSION_DENIED", "UNAUTHENTICATED"})
 PARENT = "__parent__"
+#: the experiment tag MLflow 3's UI reads to open an experiment in the classic (model training) view rather than
+#: the GenAI one; "custom_model_development" is its value for model training (mlflow/server/js ExperimentKind)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: experiment tags holding the UI's saved views of the runs table (the UI's "saved views" menu and its
+#: ``?viewStateShareKey=<key>`` links); tuneplat stores one that shows the metric and the searched parameters
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+VIEW_KEY = "tuneplat"
 #: run ids as soon as they exist (the journal gets them at the loop's next hook)
 IDS_FILE = "mlflow_runs.jsonl"
 
@@ -342,18 +350,39 @@ class _Uploader:
 
     def _ensure_experiment(self, client: Any) -> str:
         exp = client.get_experiment_by_name(self.experiment_name)
-        if exp is not None:
-            if exp.lifecycle_stage == "deleted":
-                client.restore_experiment(exp.experiment_id)
-            return exp.experiment_id
+        if exp is None:
+            try:
+                return client.create_experiment(self.experiment_name, artifact_location=self.artifact_location,
+                                                tags=self.experiment_tags or None)
+            except Exception as exc:
+                exp = client.get_experiment_by_name(self.experiment_name)
+                if exp is None:
+                    raise exc from None
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(exp.experiment_id)
+        for key, value in self.experiment_tags.items():
+            if key == EXPERIMENT_KIND_TAG and key in exp.tags:
+                continue  # the experiment's owner chose its kind
+            if exp.tags.get(key) != value:
+                client.set_experiment_tag(exp.experiment_id, key, value)
+        return exp.experiment_id
+
+    def _run_name(self, client: Any, st: _RunState) -> str:
+        """A new parent run of a sweep that already has one in this MLflow experiment is named ``<name> #N``."""
+        if not st.parent or "'" in st.name:
+            return st.name
         try:
-            return client.create_experiment(self.experiment_name, artifact_location=self.artifact_location,
-                                            tags=self.experiment_tags or None)
-        except Exception as exc:
-            exp = client.get_experiment_by_name(self.experiment_name)
-            if exp is None:
-                raise exc from None
-            return exp.experiment_id
+            runs = client.search_runs([self.experiment_id], filter_string="tags.`tuneplat.kind` = 'experiment' and "
+                                      f"tags.`tuneplat.experiment` = '{st.create_tags.get('tuneplat.experiment')}'",
+                                      max_results=1000)
+        except Exception as exc:  # noqa: BLE001 - a name only
+            if self._permanent(exc):
+                return st.name
+            raise
+        pattern = re.compile(re.escape(st.name) + r"(?: #(\d+))?")
+        numbers = [int(m.group(1) or 1) for r in runs
+                   if (m := pattern.fullmatch(r.data.tags.get("mlflow.runName", r.info.run_name or "")))]
+        return f"{st.name} #{max(numbers) + 1}" if numbers else st.name
 
     def _create(self, client: Any, st: _RunState) -> None:
         if st.resume_id:
@@ -381,7 +410,8 @@ class _Uploader:
             parent = self.runs.get(PARENT)
             if parent is not None and parent.run_id:
                 tags["mlflow.parentRunId"] = parent.run_id
-        run = client.create_run(self.experiment_id, run_name=st.name, tags=tags, start_time=st.start_time)
+        run = client.create_run(self.experiment_id, run_name=self._run_name(client, st), tags=tags,
+                                start_time=st.start_time)
         st.run_id = run.info.run_id
         st.created = True
         st.metrics[:0] = st.history  # a new run for a resumed trial: log what it reported before
@@ -657,7 +687,8 @@ def _child_main() -> None:
         if item[0] != "session":
             continue  # a stray item of a session the tuner gave up on
         init = item[1]
-        up = _Uploader(init["tracking_uri"], init["experiment_name"], init["artifact_location"], {}, send,
+        up = _Uploader(init["tracking_uri"], init["experiment_name"], init["artifact_location"],
+                       init.get("experiment_tags") or {}, send,
                        inbox=inbox, flush_timeout=init["flush_timeout"])
         up.run()
         if up.exiting:
@@ -930,6 +961,31 @@ class _Pool:
 _POOL = _Pool()
 
 
+def experiment_tags(metric: Any, mode: Any, param_space: dict[str, Any]) -> dict[str, str]:
+    """The MLflow experiment's tags: its kind (classic view) and a saved view of the runs table.
+
+    The saved view shows the metric(s) and the searched parameters as columns,
+    sorted by the (first) metric; open it with ``?viewStateShareKey=tuneplat``
+    or from the UI's saved views menu.
+
+    Example:
+        >>> sorted(experiment_tags("loss", "min", {"lr": 0.1}))
+        ['mlflow.experimentKind', 'mlflow.sharedViewState.tuneplat']
+    """
+    metrics = [m for m in (metric if isinstance(metric, list) else [metric]) if isinstance(m, str)]
+    modes = mode if isinstance(mode, list) else [mode]
+    columns = [f"metrics.`{_key(m)}`" for m in metrics]
+    columns += [f"params.`{_key(k)}`" for k in list(_flatten(param_space))[:20]]
+    columns += ["tags.`tuneplat.status`"]
+    state: dict[str, Any] = {"selectedColumns": columns, "hideEmptyCharts": True}
+    if metrics:
+        state.update(orderByKey=f"metrics.`{_key(metrics[0])}`", orderByAsc=modes[0] != "max")
+    now = int(time.time() * 1000)
+    view = {"name": "tuneplat: metric and parameters", "createdAt": now, "updatedAt": now,
+            "state": json.dumps(state)}
+    return {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG_PREFIX + VIEW_KEY: json.dumps(view)}
+
+
 def _status_for(trial: Any) -> str:
     s = str(trial.status)
     return {"TERMINATED": "FINISHED", "ERROR": "FAILED"}.get(s, "KILLED")
@@ -1047,7 +1103,8 @@ class MLflowCallback(Callback):
         self.run_ids: dict[str, str] = {}
         self.uploader = _POOL.acquire(_uploader_env()).start(
             {"tracking_uri": self.tracking_uri, "experiment_name": self.mlflow_experiment,
-             "artifact_location": artifact_location, "flush_timeout": _flush_timeout()},
+             "artifact_location": artifact_location, "flush_timeout": _flush_timeout(),
+             "experiment_tags": experiment_tags(ctrl.metric, ctrl.mode, ctrl.param_space)},
             os.path.join(ctrl.experiment_dir, IDS_FILE))
         sched: dict[str, Any] = getattr(ctrl.scheduler, "describe", dict)()
         params = {
@@ -1149,10 +1206,10 @@ class MLflowCallback(Callback):
                 self._put("end", t.trial_id, "KILLED", int(time.time() * 1000))
         best = self._best(ctrl)
         if best is not None:
-            metrics = {f"best/{k}": v for k, v in _metrics_of(best.last_result).items()}
-            now = int(time.time() * 1000)
-            self._put("metrics", PARENT, [(k, v, now, 0) for k, v in metrics.items()])
-            self._put("tags", PARENT, {"tuneplat.best_trial_id": best.trial_id})
+            # tags, not metrics: a parent's "best/..." metrics would make an empty chart section in the UI
+            values = {f"tuneplat.best.{k}": _param_value(v) for k, v in _metrics_of(best.last_result).items()}
+            self._put("tags", PARENT, {"tuneplat.best_trial_id": best.trial_id, "tuneplat.best_trial": best.name,
+                                       **values})
             self._put("tag_run", PARENT, {"tuneplat.best_run_id": best.trial_id})
             self._put("artifact", PARENT, ("text", json.dumps(best.config, indent=2, default=repr), "best_config.json"))
             name = self.config.register_best_model
