@@ -255,3 +255,19 @@ def test_a_rerun_of_the_same_sweep_gets_a_numbered_parent_run(dask_client, stora
     c.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "genai_development")
     _fit(dask_client, storage, "rerun_sweep", cfg, space=space)
     assert c.get_experiment_by_name("rerun_sweep").tags["mlflow.experimentKind"] == "genai_development"
+
+
+def test_an_explicit_sqlite_store_keeps_artifacts_beside_its_database(dask_client, tmp_path, monkeypatch):
+    """MLflow's own default would put artifacts in ./mlruns of whatever folder the tuner runs in."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    db_dir = tmp_path / "db"
+    uri = f"sqlite:///{db_dir}/tracking.db"
+    db_dir.mkdir()
+    results = _fit(dask_client, str(tmp_path / "res"), "explicit_sqlite", tune.MLflowConfig(tracking_uri=uri),
+                   space={"x": 1.0})
+    c = MlflowClient(uri)
+    assert c.get_experiment_by_name("explicit_sqlite").artifact_location.startswith(f"file://{db_dir}/mlartifacts/")
+    assert c.list_artifacts(results[0].mlflow_run_id, "checkpoints")  # curve checkpoints; they were logged there
+    assert os.listdir(work) == []

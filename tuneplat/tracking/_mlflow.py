@@ -89,7 +89,8 @@ def _read_lines(path: str) -> list[dict[str, Any]]:
 def default_tracking_uri(storage_path: str) -> tuple[str, str | None]:
     """The tracking URI (and artifact root) used when ``MLflowConfig.tracking_uri`` is None.
 
-    ``$MLFLOW_TRACKING_URI`` when set (artifact root: the server's choice),
+    ``$MLFLOW_TRACKING_URI`` when set (artifact root: the server's choice; for a
+    sqlite URI, ``mlartifacts`` beside the database file),
     else an embedded sqlite store ``<storage_path>/mlflow.db`` with artifacts
     under ``<storage_path>/mlartifacts``.
 
@@ -99,8 +100,21 @@ def default_tracking_uri(storage_path: str) -> tuple[str, str | None]:
     """
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
-        return env, None
+        return env, _sqlite_artifact_root(env)
     return f"sqlite:///{os.path.abspath(storage_path)}/mlflow.db", Path(storage_path, "mlartifacts").resolve().as_uri()
+
+
+def _sqlite_artifact_root(tracking_uri: str) -> str | None:
+    """Artifacts of a new experiment in a sqlite store: ``mlartifacts`` beside the database file.
+
+    (MLflow's own default is ``./mlruns`` in whatever folder the process runs in.)
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    db = tracking_uri[len("sqlite:///"):].split("?", 1)[0]
+    if not db or db == ":memory:":
+        return None
+    return Path(os.path.dirname(db) or ".", "mlartifacts").resolve().as_uri()
 
 
 def _key(name: str) -> str:
@@ -1076,6 +1090,7 @@ class MLflowCallback(Callback):
         artifact_location = None
         if cfg.tracking_uri:
             self.tracking_uri = cfg.tracking_uri
+            artifact_location = _sqlite_artifact_root(cfg.tracking_uri)
         else:
             self.tracking_uri, artifact_location = default_tracking_uri(storage_path)
         self.mlflow_experiment = cfg.experiment_name or ctrl.experiment_name
