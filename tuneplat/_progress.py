@@ -77,7 +77,10 @@ def mlflow_ui_hint(tracking_uri: str | None, experiment_id: str | None) -> list[
     """Lines telling how to open the experiment in the MLflow UI (the runs table with tuneplat's saved view)."""
     if not tracking_uri:
         return []
-    query = f"/#/experiments/{experiment_id}/runs?viewStateShareKey={MLFLOW_VIEW_KEY}" if experiment_id else ""
+    # workflowType: MLflow 3.17's UI switch between its GenAI and "Model training" views (remembered per browser,
+    # GenAI by default); viewStateShareKey: the saved runs-table view tuneplat stores on the experiment
+    query = (f"/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={MLFLOW_VIEW_KEY}"
+             if experiment_id else "/#/experiments?workflowType=machine_learning")
     if tracking_uri.startswith(("http://", "https://")):
         return [f"open {tracking_uri.rstrip('/')}{query}"]
     if tracking_uri.startswith("databricks"):
