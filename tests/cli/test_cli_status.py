@@ -142,3 +142,47 @@ def test_live_view_on_a_terminal_shows_progress_best_full_errors_and_next_steps(
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'res'}/mlflow.db" in out
     assert "viewStateShareKey=tuneplat" in out
     assert "Traceback" not in out and "distributed.core" not in out
+
+
+def test_ctrl_c_in_the_terminal_gives_one_resume_hint_and_no_tracebacks(tmp_path):
+    """SIGINT to the whole foreground process group, as a terminal's Ctrl-C does (tuner, Dask workers, MLflow
+    uploader): the tuner ends the run; nobody prints a KeyboardInterrupt traceback; one line says how to resume."""
+    import signal
+    import time
+
+    gate = tmp_path / "gate"
+    sweep = write(tmp_path / "gated.yaml", f"""
+name: gated
+trainable: {TRAINABLES}:gated
+metric: loss
+mode: min
+param_space:
+  x: {{grid_search: [10, 20]}}
+  gate_file: {gate}
+run: {{storage_path: {tmp_path / 'res'}}}
+""")
+    exp = tmp_path / "res" / "gated"
+    proc = subprocess.Popen([sys.executable, "-m", "tuneplat.cli", "run", sweep], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # wait until both trials wait at the gate (the journal says so)
+            journal = exp / "journal.jsonl"
+            events = ([json.loads(s) for s in journal.read_text().splitlines() if s.strip()]
+                      if journal.exists() else [])
+            if len({e["trial_id"] for e in events if e.get("event") == "result" and e["result"].get("waiting")}) == 2:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, "the trials did not reach the gate"
+            time.sleep(0.1)  # polling a file another process writes
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    both = out + err
+    assert "Traceback" not in both and "KeyboardInterrupt" not in both, both
+    assert [line for line in both.splitlines() if "resume" in line] == [
+        f"tuneplat: error: interrupted; continue with: tuneplat resume {exp}"], both
+    assert "distributed.core" not in both and "not logged" not in both, both
