@@ -53,7 +53,7 @@ def _fmt(v: Any) -> str:
 
 
 def _clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
+    seconds = max(0, int(round(seconds)))
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}"
