@@ -1000,6 +1000,11 @@ def experiment_tags(metric: Any, mode: Any, param_space: dict[str, Any]) -> dict
     return {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG_PREFIX + VIEW_KEY: json.dumps(view)}
 
 
+#: the order of the kinds of things in the "not logged" line
+_KIND_ORDER = {"run creation": 0, "metric values": 1, "params": 2, "tags": 3, "artifacts": 4, "registrations": 5,
+               "run end": 6}
+
+
 def _status_for(trial: Any) -> str:
     s = str(trial.status)
     return {"TERMINATED": "FINISHED", "ERROR": "FAILED"}.get(s, "KILLED")
@@ -1279,7 +1284,8 @@ class MLflowCallback(Callback):
             last_error = report["last_error"]
             logger.warning(
                 "tuneplat: MLflow at %s: not logged %s for %d run%s%s. The experiment's results are complete in %s; "
-                "details in %s.", self.tracking_uri, ", ".join(f"{v} {k}" for k, v in left.items()), n_runs,
+                "details in %s.", self.tracking_uri,
+                ", ".join(f"{left[k]} {k}" for k in sorted(left, key=lambda k: (_KIND_ORDER.get(k, 99), k))), n_runs,
                 "" if n_runs == 1 else "s", f" (last error: {last_error.splitlines()[0][:300]})" if last_error else "",
                 ctrl.experiment_dir, path)
         if report["rejected"]:
