@@ -61,6 +61,20 @@ def _local_path(storage_path: str | None) -> str:
     return resolve_storage_path(storage_path)
 
 
+def rerun_note(experiment_dir: str, name: str, kept: str) -> str:
+    """One line for a new run in a folder that already held this experiment: how to continue or keep apart.
+
+    A folder started by ``tuneplat run`` (it holds ``sweep.yaml``) gets the command-line
+    advice; one started from Python gets the API's.
+    """
+    if os.path.isfile(os.path.join(experiment_dir, "sweep.yaml")):
+        how = f"to continue it instead: tuneplat resume {experiment_dir}; to keep runs apart: --name NEW_NAME"
+    else:
+        how = (f"to continue it instead: Tuner.restore({experiment_dir!r}, trainable); to keep runs apart: "
+               "RunConfig(name=...)")
+    return f"{experiment_dir} already held experiment {name!r}: starting it afresh (the old journal is kept as {kept}); {how}."
+
+
 class Tuner:
     """Tunes a trainable over a search space on a Dask cluster.
 
@@ -240,7 +254,11 @@ class Tuner:
         ``Tuner.restore`` sees only the new run's trials.
         """
         journal = os.path.join(self.experiment_dir, "journal.jsonl")
-        kept = os.path.join(self.experiment_dir, f"journal.{datetime.datetime.now():%Y%m%d-%H%M%S-%f}.jsonl.old")
+        stamp = f"{datetime.datetime.now():%Y%m%d-%H%M%S-%f}"
+        kept = os.path.join(self.experiment_dir, f"journal.{stamp}.jsonl.old")
+        study = os.path.join(self.experiment_dir, "optuna_journal.log")  # the old study is kept too
+        if os.path.isfile(study):
+            os.replace(study, os.path.join(self.experiment_dir, f"optuna_journal.{stamp}.log.old"))
         if self._remote_dir is not None:  # the local cache was emptied: the remote copy is the one to keep
             remote = f"{self._remote_dir}/journal.jsonl"
             if not self._storage_fs.exists(remote):
@@ -250,10 +268,7 @@ class Tuner:
             return
         else:
             os.replace(journal, kept)
-        logger.warning("tuneplat: %s already held an experiment named %r; this run starts a new journal and the "
-                       "previous one is kept as %s. To continue that experiment instead, use Tuner.restore(%r, ...); "
-                       "to keep runs apart, give each a new RunConfig(name=...).", self.experiment_dir,
-                       self.experiment_name, os.path.basename(kept), self.experiment_dir)
+        logger.warning("tuneplat: %s", rerun_note(self.experiment_dir, self.experiment_name, os.path.basename(kept)))
 
     def get_results(self) -> ResultGrid:
         """The results of the last :meth:`fit` (or of the restored experiment)."""

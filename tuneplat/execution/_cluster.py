@@ -131,7 +131,9 @@ class Cluster:
             # its workers never run the user's __main__ script (Ray's workers don't): see tuneplat/_mainguard.py
             self._no_main = contextlib.ExitStack()  # (a failed start leaves it held: harmless)
             self._no_main.enter_context(embedded_workers())
-            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
+            # the preload makes worker processes ignore Ctrl-C: the tuner ends trials and closes the cluster
+            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0,
+                                  "distributed.worker.preload": ["tuneplat.execution._worker_preload"]}):
                 self.local_cluster = LocalCluster(
                     n_workers=cores // per, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
