@@ -62,9 +62,31 @@ MAX_FANOVA_TRIALS = 200
 
 
 def _figure(w: float = 9.0, h: float = 5.0) -> Figure:
-    from matplotlib.figure import Figure
+    return _figure_class()(figsize=(w, h), layout="constrained")
 
-    return Figure(figsize=(w, h), layout="constrained")
+
+_FIGURE_CLASS: Any = None
+
+
+def _figure_class() -> Any:
+    """A Figure that shows itself as a PNG in Jupyter, without pyplot or an inline backend set up."""
+    global _FIGURE_CLASS
+    if _FIGURE_CLASS is None:
+        from matplotlib.figure import Figure as _Base
+
+        class PlotFigure(_Base):
+            def _repr_png_(self) -> bytes:
+                import io
+
+                buf = io.BytesIO()
+                self.savefig(buf, format="png", dpi=100)
+                return buf.getvalue()
+
+        PlotFigure.__module__ = __name__
+        PlotFigure.__qualname__ = "PlotFigure"
+        globals()["PlotFigure"] = PlotFigure  # so that a figure pickles by reference to this module
+        _FIGURE_CLASS = PlotFigure
+    return _FIGURE_CLASS
 
 
 def _title(ax: Axes, exp: Experiment, what: str, extra: str = "") -> None:
