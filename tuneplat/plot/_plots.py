@@ -405,7 +405,7 @@ def param_importances(source: Any, metric: str | None = None, mode: str | None =
 
     Args:
         evaluator: an ``optuna.importance`` evaluator; default fANOVA
-            (``FanovaImportanceEvaluator(n_trees=32, max_depth=16, seed=0)``,
+            (``FanovaImportanceEvaluator(n_trees=32, max_depth=8, seed=0)``,
             needs scikit-learn; over a seeded sample of 200 trials when there are
             more), else Optuna's PED-ANOVA (no extra dependency).
 
@@ -481,7 +481,7 @@ def _default_evaluator() -> Any:
         return PedAnovaImportanceEvaluator()
     from optuna.importance import FanovaImportanceEvaluator
 
-    return FanovaImportanceEvaluator(n_trees=32, max_depth=16, seed=0)
+    return FanovaImportanceEvaluator(n_trees=32, max_depth=8, seed=0)
 
 
 def plot_param_importances(source: Any, metric: str | None = None, mode: str | None = None, *,
@@ -585,6 +585,7 @@ class _Axis:
     def __init__(self, name: str, kind: str, lo: float = 0.0, hi: float = 1.0, log: bool = False,
                  cats: list[str] | None = None) -> None:
         self.name, self.kind, self.lo, self.hi, self.log, self.cats = name, kind, lo, hi, log, cats or []
+        self.distinct: list[float] = []
 
     @classmethod
     def build(cls, name: str, values: list[Any]) -> _Axis:
@@ -592,7 +593,10 @@ class _Axis:
         if values and all(n is not None for n in nums):
             fl = [n for n in nums if n is not None]
             lo, hi = min(fl), max(fl)
-            return cls(name, "num", lo, hi, log=looks_log(fl))
+            axis = cls(name, "num", lo, hi, log=looks_log(fl))
+            distinct = sorted(set(fl))
+            axis.distinct = distinct if len(distinct) <= 8 and len(fl) > len(distinct) else []
+            return axis
         cats = sorted({str(v) for v in values})
         return cls(name, "cat", cats=cats)
 
@@ -615,6 +619,8 @@ class _Axis:
             return [(self.position(c), c[:14]) for c in cats]
         if self.hi == self.lo:
             return [(0.5, f"{self.lo:.3g}")]
+        if 0 < len(self.distinct) <= 8:  # a choice of numbers: its values
+            return [(self.position(v), f"{v:.4g}") for v in self.distinct]
         if self.log:
             mid = math.exp((math.log(self.lo) + math.log(self.hi)) / 2)
         else:
