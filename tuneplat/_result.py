@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,57 @@ class Result:
     stop_reason: str | None = None
     _history: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _filesystem: Any = field(default=None, repr=False)
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str]) -> Result:
+        """The :class:`Result` of the trial whose folder is ``path`` (``ray.train.Result.from_path``).
+
+        Read from the experiment's journal (the folder above) when there is one,
+        else from the trial folder's ``params.json``, ``result.json`` and
+        checkpoint folders.
+
+        Raises:
+            FileNotFoundError: ``path`` is not a trial folder.
+
+        Example:
+            >>> result = Result.from_path("~/tuneplat_results/exp/objective_1a2b3_00000")  # doctest: +SKIP
+        """
+        import json
+
+        from ._storage import list_checkpoints
+
+        folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"{folder} is not a trial folder (Result.from_path takes storage_path/name/trial).")
+        experiment = os.path.dirname(folder)
+        if os.path.isfile(os.path.join(experiment, "journal.jsonl")):
+            from ._restore import load_trials
+            from ._tuner import result_grid
+
+            trials, meta = load_trials(experiment)
+            mine = [t for t in trials if os.path.abspath(t.path) == folder]
+            if mine:
+                return result_grid(mine, meta.get("metric"), meta.get("mode"), experiment)[0]
+        params = os.path.join(folder, "params.json")
+        results = os.path.join(folder, "result.json")
+        if not (os.path.isfile(params) or os.path.isfile(results)):
+            raise FileNotFoundError(f"{folder} has neither params.json nor result.json: not a trial folder.")
+        config: dict[str, Any] = {}
+        if os.path.isfile(params):
+            with open(params, encoding="utf-8") as f:
+                config = json.load(f)
+        history: list[dict[str, Any]] = []
+        if os.path.isfile(results):
+            with open(results, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        history.append(json.loads(line))
+                    except ValueError:
+                        pass  # a line torn by a crash
+        ckpts = [Checkpoint(p) for p in list_checkpoints(folder)]
+        return cls(config=config, metrics=dict(history[-1]) if history else {}, path=folder,
+                   checkpoint=ckpts[-1] if ckpts else None, best_checkpoints=[(c, {}) for c in ckpts],
+                   trial_id=str(history[-1].get("trial_id", "")) if history else "", _history=history)
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:

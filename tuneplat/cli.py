@@ -103,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--address", help="Dask scheduler to run on, e.g. tcp://10.0.0.5:8786 (default: an embedded LocalCluster)"
     )
+    cluster_options(run)
     run.add_argument("--storage-path", help="folder holding experiments (run.storage_path)")
     run.add_argument("--name", help="experiment name (the folder under the storage path)")
     run.add_argument("--dry-run", action="store_true", help="validate and print the first configs; run nothing")
@@ -122,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("experiment_dir")
     res.add_argument("--trainable", metavar="MODULE:FUNCTION", help="the function to run (default: from sweep.yaml)")
     res.add_argument("--address", help="Dask scheduler to run on (default: as when started, else embedded)")
+    cluster_options(res)
     res.add_argument("--resume-errored", action="store_true", help="retry ERROR trials from their latest checkpoint")
     res.add_argument("--restart-errored", action="store_true", help="rerun ERROR trials from scratch")
     common_output(res)
@@ -271,6 +273,28 @@ def _load(path: str, overrides: list[str]) -> Any:
         raise _Fail(str(exc)) from None
 
 
+def cluster_options(parser: argparse.ArgumentParser) -> None:
+    """TLS files and the tuner's address: what a multi-host cluster needs (docs/multi-host.md)."""
+    parser.add_argument("--tls-ca-file", metavar="FILE", help="the TLS cluster's CA certificate (run.tls.ca_file)")
+    parser.add_argument("--tls-cert", metavar="FILE", help="this client's certificate (run.tls.cert)")
+    parser.add_argument("--tls-key", metavar="FILE", help="this client's private key (run.tls.key)")
+    parser.add_argument("--tuner-host", metavar="HOST", help="the address workers reach the tuner at (run.tuner_host)")
+    parser.add_argument("--tuner-port", metavar="PORT[-LAST]",
+                        help="the tuner's result port or range, e.g. 8790-8799 (run.tuner_port)")
+
+
+def _cluster_overrides(args: argparse.Namespace) -> list[str]:
+    out = []
+    for opt, key in (("tls_ca_file", "run.tls.ca_file"), ("tls_cert", "run.tls.cert"), ("tls_key", "run.tls.key"),
+                     ("tuner_host", "run.tuner_host")):
+        if getattr(args, opt, None):
+            out.append(f"{key}={json.dumps(getattr(args, opt))}")
+    port = getattr(args, "tuner_port", None)
+    if port:
+        out.append(f"run.tuner_port={json.dumps(int(port) if port.isdigit() else port)}")
+    return out
+
+
 def _cli_overrides(args: argparse.Namespace) -> list[str]:
     """Command-line options are --set overrides in disguise (same validation, one code path)."""
     out = list(args.overrides)
@@ -280,6 +304,7 @@ def _cli_overrides(args: argparse.Namespace) -> list[str]:
         out.append(f"run.storage_path={json.dumps(args.storage_path)}")
     if args.address:
         out.append(f"run.address={json.dumps(args.address)}")
+    out += _cluster_overrides(args)
     if args.verbose:
         out.append("run.verbose=2")
     if args.quiet:
@@ -502,6 +527,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     overrides = []
     if args.address:
         overrides.append(f"run.address={json.dumps(args.address)}")
+    overrides += _cluster_overrides(args)
     if args.verbose:
         overrides.append("run.verbose=2")
     if args.quiet:

@@ -37,6 +37,8 @@ from typing import Any
 
 from .._callbacks import Callback
 from .._config import MLflowConfig
+from .._redact import redact
+from .._settings import env_seconds
 
 __all__ = ["MLflowCallback", "default_tracking_uri"]
 
@@ -46,7 +48,7 @@ logger = logging.getLogger("tuneplat")
 
 def _flush_timeout() -> float:
     """Seconds the end-of-experiment flush waits without any progress before giving up."""
-    return float(os.environ.get("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", "30"))
+    return env_seconds("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", 30)
 
 #: extra seconds the tuner waits for an uploader stuck in one request (2 retries x 20 s timeout + backoff)
 STUCK_GRACE_S = 90.0
@@ -326,7 +328,8 @@ class _Uploader:
             msg = f"{type(exc).__name__}: {exc}"
             if msg != self.last_error:
                 logger.warning("tuneplat: MLflow at %s is not reachable (%s); training goes on, logging is "
-                               "retried in the background", self.tracking_uri, msg.splitlines()[0][:300])
+                               "retried in the background", redact(self.tracking_uri),
+                               redact(msg.splitlines()[0][:300]))
             self.last_error = msg
             return False
 
@@ -339,7 +342,7 @@ class _Uploader:
 
     def _drop(self, what: str, exc: BaseException) -> None:
         msg = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-        logger.warning("tuneplat: MLflow rejected %s", msg)
+        logger.warning("tuneplat: MLflow rejected %s", redact(msg))
         self.dropped.append(msg)
 
     def _ensure_experiment(self, client: Any) -> str:
@@ -365,7 +368,7 @@ class _Uploader:
                 if getattr(exc, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
                     raise
                 logger.warning("tuneplat: MLflow run %s of %s is gone from %s; starting a new run",
-                               st.resume_id, st.name, self.tracking_uri)
+                               st.resume_id, st.name, redact(self.tracking_uri))
                 run = None
             if run is not None:
                 st.run_id = run.info.run_id
@@ -1228,24 +1231,27 @@ class MLflowCallback(Callback):
 
     def _report_backlog(self, ctrl: Any, up: _Session) -> None:
         if up.report is not None:
-            report = {"tracking_uri": self.tracking_uri, **up.report}
+            report = {**up.report, "tracking_uri": redact(self.tracking_uri)}
         else:  # the uploader died or hung: we cannot know exactly what it had sent
-            report = {"tracking_uri": self.tracking_uri, "not_logged": {"unknown (uploader did not finish)": 1},
+            report = {"tracking_uri": redact(self.tracking_uri),
+                      "not_logged": {"unknown (uploader did not finish)": 1},
                       "runs": [], "rejected": [], "last_error": up.broken}
+        report["last_error"] = redact(report["last_error"]) if report.get("last_error") else report.get("last_error")
+        report["rejected"] = [redact(r) for r in report.get("rejected") or []]
         left = report["not_logged"]
         self.unlogged = dict(left)
         if not left and not report["rejected"]:
             return
         path = os.path.join(ctrl.experiment_dir, "mlflow_unlogged.json")
         try:
-            with open(path, "w", encoding="utf-8") as f:
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
                 json.dump(report, f, indent=2)
         except OSError:
             path = "(could not write the report file)"
         if left:
             logger.warning(
                 "tuneplat: MLflow at %s did not take everything: not logged %s for %d runs (last error: %s). "
-                "The experiment's results are complete in %s; details in %s.", self.tracking_uri,
+                "The experiment's results are complete in %s; details in %s.", redact(self.tracking_uri),
                 ", ".join(f"{v} {k}" for k, v in left.items()), len(report["runs"]),
                 (report["last_error"] or "none").splitlines()[0][:300], ctrl.experiment_dir, path)
         if report["rejected"]:
