@@ -83,7 +83,7 @@ def _state(t: TrialRecord) -> str:
 
 
 def to_optuna_study(source: Any, metric: str | None = None, mode: str | None = None, *,
-                    params: list[str] | None = None, at: int | None = None) -> Any:
+                    params: list[str] | None = None, at: int | None = None, intermediate: bool = True) -> Any:
     """The experiment as an in-memory :class:`optuna.Study` (see the module docstring for the mapping).
 
     Useful for any of Optuna's ``optuna.visualization`` functions (interactive
@@ -95,6 +95,7 @@ def to_optuna_study(source: Any, metric: str | None = None, mode: str | None = N
         params: flattened config keys to include (default: every key that varies).
         at: compare trials at this ``training_iteration``: every trial that reported the metric there is
             ``COMPLETE`` with that value, the others ``PRUNED`` (default: the Optuna mapping above).
+        intermediate: record every report as an intermediate value (False: final values only, faster).
 
     Raises:
         PlotError: no results, unknown metric, or no mode.
@@ -127,7 +128,7 @@ def to_optuna_study(source: Any, metric: str | None = None, mode: str | None = N
             value = exp.final_value(t, metric, mode, at)
             state = TrialState.COMPLETE if value is not None else TrialState.PRUNED
         inter: dict[int, float] = {}
-        for r in t.results:
+        for r in t.results if intermediate else ():
             v = _number(r.get(metric))
             if v is not None:
                 inter[int(r.get("training_iteration", 0) or 0)] = v

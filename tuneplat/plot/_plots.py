@@ -426,7 +426,7 @@ def param_importances(source: Any, metric: str | None = None, mode: str | None =
     if not (at in ("auto", "last") or (isinstance(at, int) and not isinstance(at, bool))):
         raise PlotError(f"The value of `at` is {at!r}, but must be 'auto', 'last' or a training_iteration (int).")
     iteration = exp.common_iteration(metric) if at == "auto" else at if isinstance(at, int) else None
-    study = to_optuna_study(exp, metric, mode, params=params, at=iteration)
+    study = to_optuna_study(exp, metric, mode, params=params, at=iteration, intermediate=False)
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     if iteration is not None:
         note = f"{len(complete)} trials at training_iteration {iteration}"
