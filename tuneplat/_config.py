@@ -131,6 +131,10 @@ class MLflowConfig:
         log_checkpoints: log kept checkpoints as run artifacts.
         register_best_model: register the best trial's checkpoint under this name.
         tags: extra tags on the parent run.
+        log_plots: at the end of the experiment, draw its plots (learning curves, optimization
+            history, parameter importances, ...; see :mod:`tuneplat.plot`) and log them as
+            ``plots/*.png`` artifacts of the parent run. They are drawn by the MLflow uploader
+            process, from the journal, after the last trial ended.
     """
 
     tracking_uri: str | None = None
@@ -138,6 +142,7 @@ class MLflowConfig:
     log_checkpoints: bool = True
     register_best_model: str | None = None
     tags: Mapping[str, str] | None = None
+    log_plots: bool = True
 
 
 @dataclass

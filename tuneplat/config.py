@@ -665,6 +665,7 @@ _MLFLOW_FIELDS: dict[str, Field | None] = {
     "tracking_uri": OPT_STR,
     "experiment_name": OPT_STR,
     "log_checkpoints": BOOL,
+    "log_plots": BOOL,
     "register_best_model": OPT_STR,
     "tags": STR_MAP,
 }

@@ -24,6 +24,7 @@ import os
 import pickle
 import queue
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -223,6 +224,7 @@ class _Uploader:
         self.closing = False
         self.closed_at = 0.0
         self._client: Any = None
+        self._plots_drawn: dict[tuple[str, str], str] = {}  # drawn, not yet logged: retried as they are
 
     # ---------------------------------------------------------------- thread
     def run(self) -> None:
@@ -492,7 +494,9 @@ class _Uploader:
         while st.artifacts:
             kind, payload, path = st.artifacts[0]
             try:
-                if kind == "dir" and not isinstance(payload, str):  # a checkpoint on remote storage
+                if kind == "plots":
+                    self._log_plots(client, rid, payload, path)
+                elif kind == "dir" and not isinstance(payload, str):  # a checkpoint on remote storage
                     with payload.as_directory() as local:
                         client.log_artifacts(rid, local, artifact_path=path)
                 elif kind == "dir":
@@ -519,6 +523,37 @@ class _Uploader:
             client.set_terminated(rid, st.end, end_time=st.end_time)
             st.ended = True
             self._progress()
+
+    def _log_plots(self, client: Any, rid: str, spec: dict[str, Any], path: str) -> None:
+        """Draw the experiment's plots from its journal (here, off the tuner's process) and log them."""
+        import tempfile
+
+        key = (rid, path)
+        folder = self._plots_drawn.get(key)
+        if folder is None:
+            from ..plot import PlotError, save_plots
+
+            folder = tempfile.mkdtemp(prefix="tuneplat-plots-")
+            try:
+                saved = save_plots(spec["experiment_dir"], folder, metric=spec.get("metric"), mode=spec.get("mode"))
+            except PlotError:  # nothing to draw (no results): nothing to log
+                shutil.rmtree(folder, ignore_errors=True)
+                return
+            except Exception as exc:  # noqa: BLE001 - a plot that cannot be drawn must not lose the rest
+                shutil.rmtree(folder, ignore_errors=True)
+                self.dropped.append(f"plots of the experiment (could not be drawn: {type(exc).__name__}: {exc})")
+                return
+            if not saved.files:
+                shutil.rmtree(folder, ignore_errors=True)
+                return
+            self._plots_drawn[key] = folder
+        try:
+            client.log_artifacts(rid, folder, artifact_path=path)
+        except Exception as exc:
+            if not self._permanent(exc):
+                raise  # retried with the same files
+        self._plots_drawn.pop(key, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
     def _log_tags(self, client: Any, st: _RunState) -> None:
         from mlflow.entities import RunTag
@@ -697,6 +732,8 @@ def _child_main() -> None:
 
     event.listen(Engine, "connect", _tune_sqlite)
     send(("ready",))
+    # what drawing the plots at the end needs (~1-2 s of imports), loaded while the experiment runs
+    threading.Thread(target=_preimport_plots, name="tuneplat-plots-import", daemon=True).start()
     while True:
         item = inbox.get()
         if item[0] == "exit":
@@ -710,6 +747,17 @@ def _child_main() -> None:
         up.run()
         if up.exiting:
             return
+
+
+def _preimport_plots() -> None:
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import optuna.importance  # noqa: F401
+        import sklearn.ensemble  # noqa: F401
+
+        from ..plot import _plots  # noqa: F401
+    except Exception:  # noqa: BLE001 - only a head start: drawing imports them again and reports errors
+        pass
 
 
 def _uploader_env() -> dict[str, str]:
@@ -1243,6 +1291,11 @@ class MLflowCallback(Callback):
                 else:
                     self._put("artifact", best.trial_id, ("dir", _artifact_source(best.checkpoint), "model"))
                     self._put("register", best.trial_id, name)
+        if self.config.log_plots and ctrl.journal is not None and any(t.results for t in ctrl.trials):
+            # the uploader process draws them from the journal: make everything so far readable there
+            ctrl.journal.sync(force=True)
+            self._put("artifact", PARENT, ("plots", {"experiment_dir": ctrl.experiment_dir, "metric": None,
+                                                     "mode": None}, "plots"))
         self._put("end", PARENT, {"finished": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED"),
                   int(time.time() * 1000))
         up.close(_flush_timeout())
