@@ -113,6 +113,20 @@ class _TuneSearchBase(MetaEstimatorMixin, BaseEstimator):
         tags.input_tags.sparse = inner.input_tags.sparse
         return tags
 
+    def __sklearn_clone__(self) -> _TuneSearchBase:
+        """``sklearn.base.clone``: every parameter cloned as scikit-learn does, except ``client`` (shared, not copied)."""
+        params = self.get_params(deep=False)
+        client = params.pop("client", None)
+        return type(self)(**{k: clone(v, safe=False) for k, v in params.items()}, client=client)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _TuneSearchBase:
+        """A deep copy that shares ``client`` (a Dask client cannot be copied)."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            setattr(new, k, v if k == "client" else copy.deepcopy(v, memo))
+        return new
+
     def __getstate__(self) -> dict[str, Any]:
         """A fitted search pickles without a Dask client: it loads and predicts anywhere."""
         state = dict(super().__getstate__())

@@ -69,9 +69,9 @@ class Plan:
         if self.candidates is not None:
             return dict(self.candidates[int(config[CANDIDATE_KEY])])
         out = {}
-        for k, v in config.items():
+        for k in sorted(config):  # keys sorted, as scikit-learn's ParameterSampler gives them
             values = self.decode.get(k)
-            out[k] = values[int(v)] if values is not None else v
+            out[k] = values[int(config[k])] if values is not None else config[k]
         return out
 
 
