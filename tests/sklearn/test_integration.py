@@ -109,3 +109,23 @@ def test_example_script_without_main_guard_runs(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "best params:" in out.stdout and "partial_fit epochs per fold" in out.stdout
     assert (tmp_path / "tuneplat_results" / "sklearn-digits" / "journal.jsonl").is_file()
+
+
+def test_embedded_cluster_is_kept_between_fits_and_shut_down(tmp_path, monkeypatch):
+    from tuneplat.sklearn import _pool
+
+    monkeypatch.setenv("TUNEPLAT_SKLEARN_IDLE_S", "120")
+    common = {"cv": 3, "storage_path": str(tmp_path / "results"), "mlflow": False}
+    try:
+        first = TuneGridSearchCV(LogisticRegression(max_iter=500), GRID, **common).fit(X, Y)
+        second = TuneGridSearchCV(LogisticRegression(max_iter=500), GRID, **common).fit(X, Y)
+        workers = [{w for r in s.result_grid_ for w in r.metrics["fold_workers"]} for s in (first, second)]
+        kept = _pool._kept
+        assert kept is not None and workers[1] <= set(kept.client.scheduler_info()["workers"])
+        assert workers[0] | workers[1] <= set(kept.client.scheduler_info()["workers"])  # the same worker processes
+    finally:
+        _pool.shutdown()
+    assert _pool._kept is None and kept.client.status == "closed"
+    monkeypatch.setenv("TUNEPLAT_SKLEARN_IDLE_S", "0")  # 0: every fit closes its embedded cluster
+    TuneGridSearchCV(LogisticRegression(max_iter=500), {"C": [1.0]}, **common).fit(X, Y)
+    assert _pool._kept is None

@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted, indexable
 from ..search._searcher import Searcher
 from ..stopper import Stopper
 from . import _results, _space
+from ._pool import cluster_for
 from ._sk import (
     _check_method_params,
     _check_multimetric_scoring,
@@ -190,7 +191,7 @@ class _TuneSearchBase(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"No score function explicitly defined, and the estimator doesn't provide one "
                              f"{self.best_estimator_}")
         if isinstance(self.scorer_, dict):
-            scorer = self.scorer_[self.refit] if self.multimetric_ else self.scorer_
+            scorer: Any = self.scorer_[self.refit] if self.multimetric_ else self.scorer_
             return scorer(self.best_estimator_, X, y)  # type: ignore[no-any-return]
         value = self.scorer_(self.best_estimator_, X, y)
         return value[self.refit] if self.multimetric_ else value  # type: ignore[no-any-return]
@@ -304,7 +305,6 @@ class _TuneSearchBase(MetaEstimatorMixin, BaseEstimator):
         """
         from .. import RunConfig, TuneConfig, Tuner, with_parameters
         from .._mainguard import check_main_guard
-        from ..execution._cluster import Cluster
 
         self._check_params()
         scorers, refit_metric = self._get_scorers()
@@ -353,37 +353,32 @@ class _TuneSearchBase(MetaEstimatorMixin, BaseEstimator):
         data = FitData(X, y, fit_params, score_params, splits, classes)
 
         check_main_guard(self.client, None)  # a script's top level re-run by a spawned worker: a clear error
-        cluster = Cluster(self.client)
         raise_stopper = _StopOnRaise() if self.error_score == "raise" else None
-        future = dataset = None
-        try:
+        with cluster_for(self.client) as cluster:
             client = cluster.client
             future = client.scatter(data, hash=False)  # once per fit: trials and fold tasks share it
             dataset = f"tuneplat-sklearn-{uuid.uuid4().hex}"
             client.publish_dataset(future, name=dataset)
-            trainable = with_parameters(run_candidate, plan=plan, data=DataRef(dataset))
-            name = self.name or (f"{type(self).__name__}_{type(self.estimator).__name__}_"
-                                 f"{datetime.datetime.now():%Y-%m-%d_%H-%M-%S-%f}")
-            tuner = Tuner(
-                trainable, param_space=space, client=client,
-                tune_config=TuneConfig(metric=metric_key, mode="max", search_alg=searcher, scheduler=scheduler,
-                                       num_samples=num_samples, max_concurrent_trials=self.max_concurrent_trials,
-                                       time_budget_s=self.time_budget_s),
-                run_config=RunConfig(name=name, storage_path=self.storage_path, mlflow=self.mlflow,
-                                     verbose=min(int(self.verbose), 2), stop=raise_stopper),
-            )
-            grid = tuner.fit()
-        finally:
-            try:  # leave nothing of this fit on the cluster (it may be the user's, and live on)
-                if dataset is not None:
-                    cluster.client.unpublish_dataset(dataset)
-                if cluster.local_cluster is None:
-                    cluster.client.run(forget_local_data)
-                if future is not None:
+            try:
+                trainable = with_parameters(run_candidate, plan=plan, data=DataRef(dataset))
+                name = self.name or (f"{type(self).__name__}_{type(self.estimator).__name__}_"
+                                     f"{datetime.datetime.now():%Y-%m-%d_%H-%M-%S-%f}")
+                tuner = Tuner(
+                    trainable, param_space=space, client=client,
+                    tune_config=TuneConfig(metric=metric_key, mode="max", search_alg=searcher, scheduler=scheduler,
+                                           num_samples=num_samples, max_concurrent_trials=self.max_concurrent_trials,
+                                           time_budget_s=self.time_budget_s),
+                    run_config=RunConfig(name=name, storage_path=self.storage_path, mlflow=self.mlflow,
+                                         verbose=min(int(self.verbose), 2), stop=raise_stopper),
+                )
+                grid = tuner.fit()
+            finally:
+                try:  # leave nothing of this fit on the cluster (the user's, or the kept embedded one)
+                    client.unpublish_dataset(dataset)
+                    client.run(forget_local_data)
                     future.release()
-            except Exception:  # noqa: BLE001 - a cluster that went away meanwhile has nothing left to free
-                logger.debug("tuneplat: could not free the search's data on the cluster", exc_info=True)
-            cluster.close()
+                except Exception:  # noqa: BLE001 - a cluster that went away meanwhile has nothing left to free
+                    logger.debug("tuneplat: could not free the search's data on the cluster", exc_info=True)
         self.result_grid_ = grid
         self._collect(grid, plan, candidates, n_splits, refit_metric, scorers)
         self._refit(X, y, fit_params)
@@ -434,7 +429,7 @@ class _TuneSearchBase(MetaEstimatorMixin, BaseEstimator):
                 best = self.refit(cv_results)
                 if not isinstance(best, numbers.Integral):
                     raise TypeError("best_index_ returned is not an integer")
-                if best < 0 or best >= len(cv_results["params"]):
+                if int(best) < 0 or int(best) >= len(cv_results["params"]):
                     raise IndexError("best_index_ index out of range")
             else:
                 best = cv_results[f"rank_test_{refit_metric}"].argmin()
@@ -646,7 +641,7 @@ class TuneSearchCV(_TuneSearchBase):
             from ..search.optuna import OptunaSearch
 
             rs = self.random_state
-            seed = rs if isinstance(rs, numbers.Integral) else (
+            seed = int(rs) if isinstance(rs, numbers.Integral) else (
                 int(check_random_state(rs).randint(0, 2**31 - 1)) if rs is not None else None)
             searcher: Searcher = OptunaSearch(seed=seed)
         else:

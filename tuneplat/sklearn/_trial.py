@@ -280,7 +280,7 @@ def summarize(outs: list[dict[str, Any]], plan: Plan, step: int | None = None) -
             for k, o in enumerate(outs):
                 s = o[key]
                 v = s.get(name, plan.error_score) if isinstance(s, dict) else s
-                v = float(v) if isinstance(v, numbers.Number) else float("nan")
+                v = float(v) if isinstance(v, numbers.Real) else float("nan")
                 report[f"split{k}_{which}_{name}"] = v
                 vals.append(v)
             arr = np.asarray(vals, dtype=np.float64)
