@@ -82,7 +82,7 @@ class _TrialFiles:
         raw = flat.get("training_iteration")
         step = int(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
         stamp = flat.get("timestamp")
-        self.tb.scalars(((f"ray/tune/{k}", float(v)) for k, v in flat.items()
+        self.tb.scalars(((f"ray/tune/{k}", float(v)) for k, v in flat.items()  # type: ignore[arg-type]
                          if isinstance(v, Number) and not isinstance(v, bool) and k != "pid"), step,
                         float(stamp) if isinstance(stamp, (int, float)) else None)
 
