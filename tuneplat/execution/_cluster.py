@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 from .._init import requested
 from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
+from ._channel import TunerUnreachable
+from ._runner import CONNECT_TIMEOUT_S, channel_client_context
 
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
 
@@ -242,7 +244,6 @@ class Cluster:
         naming the address, the hosts and what to set. ``serving(fn)`` calls
         ``fn`` while the tuner's port answers (a TLS handshake needs the tuner).
         """
-        from ._channel import TunerUnreachable
 
         slots = list(ledger.slots.values())
         if not slots or {s.host for s in slots} <= _LOOPBACK:
@@ -303,7 +304,6 @@ def _probe_tuner(address: tuple[str, int], tls: bool, dask_worker: Any = None) -
     """Runs on each worker: None when a TCP (and TLS) connection to the tuner opens, else why not."""
     import ssl
 
-    from ._runner import CONNECT_TIMEOUT_S, channel_client_context
 
     where = f"{address[0]}:{address[1]}"
     host = socket.gethostname()
