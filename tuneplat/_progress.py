@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from ._settings import env_str
 from ._trial import Trial, TrialStatus
 from .search._space import flatten_dict
 
@@ -123,7 +124,7 @@ class ProgressReporter:
     # ---------------------------------------------------------------- wiring
     @staticmethod
     def _is_terminal(stream: Any) -> bool:
-        if os.environ.get("TUNEPLAT_PLAIN_PROGRESS"):
+        if env_str("TUNEPLAT_PLAIN_PROGRESS"):
             return False
         try:
             if not stream.isatty():

@@ -56,7 +56,7 @@ def _redact_tls(security: Mapping[str, Any]) -> dict[str, Any]:
 
 def _local_tls() -> bool:
     """The embedded cluster uses TLS (temporary certificates) unless ``TUNEPLAT_LOCAL_TLS=0``."""
-    raw = os.environ.get("TUNEPLAT_LOCAL_TLS", "1").strip().lower()
+    raw = (env_str("TUNEPLAT_LOCAL_TLS") or "1").lower()
     if raw in ("0", "false", "no", "off"):
         return False
     if raw in ("", "1", "true", "yes", "on"):
