@@ -264,3 +264,44 @@ def test_save_plots_draws_what_applies_and_says_why_the_rest_is_left_out(asha_gr
     assert list(saved.files) == ["pbt_lineage", "learning_curves"]  # in the order asked
     with pytest.raises(plot.PlotError, match="unknown plot kind 'curvs' \\(did you mean 'curves'\\?\\)"):
         plot.save_plots(pbt_grid, str(tmp_path / "x"), ["curvs"])
+
+
+# ---------------------------------------------------------------------- other sources
+
+
+def test_a_grid_without_its_journal_is_drawn_from_its_results(asha_grid):
+    from tuneplat import ResultGrid
+
+    bare = ResultGrid(list(asha_grid), "loss", "min", experiment_path=None)
+    fig = bare.plot_learning_curves()
+    assert len(_artist(fig, "curves", LineCollection).get_segments()) == len(asha_grid)
+    pruned = [r for r in asha_grid if r.stop_reason and "at rung" in r.stop_reason]
+    assert len(_points(fig, "marks:stopped")) == len(pruned)
+
+
+def test_an_experiment_on_s3_is_drawn_from_its_url(dask_client, s3, cache_dir, monkeypatch, s3_endpoint, tmp_path):
+    import plot_trainables as T
+
+    fs, url = s3
+    grid = tune.Tuner(T.curve, param_space={"floor": tune.grid_search([0.0, 0.5, 1.0]), "steps": 3},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name="remote", storage_path=f"{url}/results", storage_filesystem=fs,
+                                                verbose=0, mlflow=False), client=dask_client).fit()
+    assert grid.experiment_path.startswith("s3://")
+    fig = grid.plot_learning_curves()  # through the grid's filesystem
+    assert len(_artist(fig, "curves", LineCollection).get_segments()) == 3
+    # from the URL alone, on a machine without the local cache: fsspec's configuration finds the server
+    import shutil
+
+    shutil.rmtree(cache_dir)
+    with pytest.raises(plot.PlotError, match=f"{url}/results/remote: cannot read the experiment: "):
+        plot.load_experiment(f"{url}/results/remote")  # no credentials, no endpoint: said plainly
+    for k, v in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_DEFAULT_REGION": "eu-west-1"}.items():
+        monkeypatch.setenv(k, v)
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()  # the instance above was made without them
+    saved = plot.save_plots(f"{url}/results/remote", str(tmp_path / "p"), "curves,history")
+    assert sorted(saved.files) == ["learning_curves", "optimization_history"]
+    s3fs.S3FileSystem.clear_instance_cache()
