@@ -305,3 +305,36 @@ def test_an_experiment_on_s3_is_drawn_from_its_url(dask_client, s3, cache_dir, m
     saved = plot.save_plots(f"{url}/results/remote", str(tmp_path / "p"), "curves,history")
     assert sorted(saved.files) == ["learning_curves", "optimization_history"]
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+def _fails_once(config):
+    marker = config["marker"]
+    for step in range(1, 6):
+        if step == 3 and not os.path.exists(marker) and config["kind"] != "always":
+            open(marker, "w").close()
+            raise RuntimeError("first attempt crashes")
+        if step == 3 and config["kind"] == "always":
+            raise RuntimeError("always crashes")
+        yield {"loss": 1.0 / step}
+
+
+def test_retries_and_errors_on_the_timeline_and_the_curves(tmp_path):
+    from tuneplat.testing import VirtualTimeExecutor
+
+    grid = tune.Tuner(_fails_once, param_space={"kind": tune.grid_search(["once", "always"]),
+                                                 "marker": str(tmp_path / "m")},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name="retry", storage_path=str(tmp_path / "r"), verbose=0,
+                                                mlflow=False, failure_config=tune.FailureConfig(max_failures=1)),
+                      executor=VirtualTimeExecutor(num_slots=2)).fit()
+    assert [r.status for r in grid] == ["TERMINATED", "ERROR"]
+    events = _journal(grid)
+    failures = [e for e in events if e["event"] == "trial_failure"]
+    assert [e["retry"] for e in failures] == [True, True, False]
+    fig = grid.plot_learning_curves()
+    assert _points(fig, "marks:error") == [(2.0, 0.5)]  # the trial that gave up, at its last report
+    segs = _artist(fig, "curves", LineCollection).get_segments()
+    assert [len(s) for s in segs] == [5, 2]  # the retried trial's iterations once each
+    timeline = grid.plot_timeline()
+    colors = _artist(timeline, "spans", LineCollection).get_colors()
+    assert len(colors) == len([e for e in events if e["event"] == "trial_start"]) == 4
