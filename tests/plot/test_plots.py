@@ -66,6 +66,8 @@ def test_learning_curves_draw_one_line_per_trial_and_mark_every_stop_of_the_jour
     assert len(_points(fig, "marks:budget")) == len(budget)
     assert _points(fig, "marks:paused") == [] and _points(fig, "marks:cloned") == []
     assert f"{len(pruned)} stopped early" in fig.axes[0].get_title()
+    best = _artist(fig, "best_curve")  # more than 10 trials: the best one is drawn on top
+    np.testing.assert_allclose(best.get_ydata(), asha_grid.get_best_result().metrics_dataframe["loss"].to_numpy())
 
 
 def test_hyperband_pauses_and_stops_of_paused_trials_are_marked(hyperband_grid):
@@ -338,3 +340,12 @@ def test_retries_and_errors_on_the_timeline_and_the_curves(tmp_path):
     timeline = grid.plot_timeline()
     colors = _artist(timeline, "spans", LineCollection).get_colors()
     assert len(colors) == len([e for e in events if e["event"] == "trial_start"]) == 4
+
+
+def test_the_public_surface_is_sorted_and_complete():
+    import types
+
+    assert plot.__all__ == sorted(plot.__all__)
+    public = {n for n in dir(plot) if not n.startswith("_") and not isinstance(getattr(plot, n), types.ModuleType)}
+    assert public - {"annotations", "os", "Any", "Callable", "Sequence", "dataclass", "field",
+                     "resolve_kinds"} == set(plot.__all__)

@@ -26,7 +26,6 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,8 +46,8 @@ from ._plots import (
 )
 
 __all__ = [
-    "KINDS",
     "Experiment",
+    "KINDS",
     "Mark",
     "PlotError",
     "SavedPlots",
@@ -68,8 +67,6 @@ __all__ = [
     "save_plots",
     "to_optuna_study",
 ]
-
-logger = logging.getLogger("tuneplat")
 
 #: the kinds of plot :func:`save_plots` and ``tuneplat plot --kind`` know, in the order they are drawn
 KINDS: tuple[str, ...] = ("learning_curves", "optimization_history", "param_importances", "parallel_coordinates",

@@ -181,7 +181,8 @@ def plot_learning_curves(source: Any, metric: str | None = None, *, x: str = "tr
     criteria), an orange dot where it was paused (HyperBand, PBT), a purple
     triangle where PBT cloned another trial into it, a black cross where it
     failed. Lines are colored by each trial's last value (best is brightest);
-    with up to 10 trials each has its own color and a legend entry. A PBT
+    with up to 10 trials each has its own color and a legend entry, beyond
+    that the best trial (by its last value) is drawn in red on top. A PBT
     trial's curve is broken where it took another trial's checkpoint.
 
     Args:
@@ -236,6 +237,16 @@ def plot_learning_curves(source: Any, metric: str | None = None, *, x: str = "tr
     ax.add_collection(lc)
     if segs:
         ax.autoscale_view()
+    if mode is not None and not few:  # the best trial (by its last value, as get_best_result()) on top
+        ranked = [(v if mode == "min" else -v, n) for n, v in enumerate(last) if v is not None]
+        if ranked:
+            best = chosen[min(ranked)[1]]
+            for a, b in best.segments():
+                pts = _points(best, metric, x, a, b)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], color="#d62728", lw=1.8, zorder=3,
+                            gid="best_curve")
+            handles.append(Line2D([], [], color="#d62728", lw=1.8, label=f"best: {_trial_label(best)}"))
     counts = _draw_marks(ax, exp, metric, x, chosen)
     if not few and norm is not None:
         from matplotlib.cm import ScalarMappable
