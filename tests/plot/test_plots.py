@@ -349,3 +349,16 @@ def test_the_public_surface_is_sorted_and_complete():
     public = {n for n in dir(plot) if not n.startswith("_") and not isinstance(getattr(plot, n), types.ModuleType)}
     assert public - {"annotations", "os", "Any", "Callable", "Sequence", "dataclass", "field",
                      "resolve_kinds"} == set(plot.__all__)
+
+
+def test_a_live_experiment_shows_its_running_trials(hyperband_grid):
+    events = _journal(hyperband_grid)
+    cut = next(i for i, e in enumerate(events) if e["event"] == "decision" and e["decision"] == "PAUSE") + 1
+    live = plot.experiment_from_events(events[:cut], hyperband_grid.experiment_path)  # as read mid-run
+    running = [t.trial_id for t in live.trials if t.spans and t.spans[-1][1] is None]
+    started = {e["trial_id"] for e in events[:cut] if e["event"] == "trial_start"}
+    assert running and set(running) <= started
+    fig = plot.plot_timeline(live)
+    assert len(_artist(fig, "spans", LineCollection).get_segments()) == len(
+        [e for e in events[:cut] if e["event"] == "trial_start"])
+    assert len(_points(plot.plot_learning_curves(live), "marks:paused")) == 1

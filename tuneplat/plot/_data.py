@@ -71,7 +71,7 @@ class TrialRecord:
     #: PBT exploits in order: dicts with ``from_trial``, ``iteration``, ``from_iteration``, ``old_config``,
     #: ``new_config``, ``time`` and ``index`` (results before it belong to the previous segment)
     exploits: list[dict[str, Any]] = field(default_factory=list)
-    #: wall-clock spans when an attempt of the trial ran: ``(start, end, how it ended)``; end None = still running
+    #: wall-clock spans when an attempt of the trial ran: ``(start, end, how it ended)``; end None: still running
     spans: list[tuple[float, float | None, str]] = field(default_factory=list)
     stop_reason: str | None = None
     first_config: dict[str, Any] = field(default_factory=dict)
@@ -435,6 +435,8 @@ def experiment_from_events(events: Iterable[Mapping[str, Any]], path: str = "") 
                 t.marks.append(Mark(mk, paused_at.pop(key), len(t.results) - 1, when, t.stop_reason))
             close_span(t, when, status.lower())
             t.status = status
+    for t_id, start in running.items():  # still running (a live experiment, or the tuner died)
+        trials[t_id].spans.append((start, None, "running"))
     exp.trials = list(trials.values())
     return exp
 

@@ -795,10 +795,12 @@ def plot_timeline(source: Any) -> Figure:
               "interrupted": "#999999", "running": "#2ca02c"}
     segs, cs, used = [], [], set()
     n = len(exp.trials)
+    known = [e for t in exp.trials for _s, e, _h in t.spans if e is not None] + starts
+    now = max(known + [m.time for t in exp.trials for m in t.marks if m.time is not None]) if known else t0
     lw = max(0.6, min(8.0, 300.0 / max(n, 1)))
     for row, t in enumerate(exp.trials):
         for s, e, how in t.spans:
-            end = e if e is not None else s
+            end = e if e is not None else now  # still running: up to the last thing the journal recorded
             segs.append([(s - t0, row), (max(end, s) - t0, row)])
             cs.append(colors.get(how, "#1f77b4"))
             used.add(how)
