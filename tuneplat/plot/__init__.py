@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -174,6 +175,13 @@ def save_plots(source: Any, out_dir: str, kinds: Sequence[str] | str | None = No
             if explicit:
                 raise
             saved.skipped[kind] = str(exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - drawing every kind: one that breaks must not cost the others
+            if explicit:
+                raise
+            saved.skipped[kind] = f"could not be drawn: {type(exc).__name__}: {exc}"
+            logging.getLogger("tuneplat").warning("tuneplat: the %s plot of %s could not be drawn", kind,
+                                                  exp.path, exc_info=True)
             continue
         path = os.path.join(out_dir, f"{kind}.{fmt}")
         fig.savefig(path, dpi=dpi)
