@@ -427,10 +427,11 @@ def param_importances(source: Any, metric: str | None = None, mode: str | None =
     Raises:
         PlotError: fewer than 2 trials to compare, no varying key, a bad ``at``.
     """
+    from ._optuna import _quiet_optuna, import_optuna, to_optuna_study
+
+    import_optuna()
     from optuna.importance import get_param_importances
     from optuna.trial import TrialState
-
-    from ._optuna import _quiet_optuna, to_optuna_study
 
     exp = load_experiment(source)
     metric = exp.resolve_metric(metric)
