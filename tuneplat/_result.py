@@ -308,7 +308,7 @@ class ResultGrid(Sequence[Result]):
                 on_front = None
             else:
                 on_front = set(self._pareto_indices(metrics, modes))
-        rows = []
+        rows: list[dict[str, Any]] = []
         for r in self._results:
             chosen = r.metrics
             if filter_metric and filter_mode and r._history:

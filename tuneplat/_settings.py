@@ -16,6 +16,10 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_RUNNER_IDLE_S`` | 60 | how long a chained-trial runner waits for its next trial |
 | ``TUNEPLAT_TUNER_HOST`` | (chosen) | the address ranks use to reach the tuner |
 | ``TUNEPLAT_CACHE_DIR`` | ``~/.cache/tuneplat`` | the local cache of experiments on remote storage |
+| ``TUNEPLAT_TUNER_PORT`` | (any free port) | the tuner's result port, or a range ``a-b`` (a firewall that opens only these) |
+| ``TUNEPLAT_CONNECT_TIMEOUT_S`` | 10 | a rank reaches the tuner's result port within this, or fails naming the address |
+| ``TUNEPLAT_LOCAL_TLS`` | 1 | the embedded cluster (and the rank channel) use TLS with temporary certificates; 0 turns it off |
+| ``TUNEPLAT_PLAIN_PROGRESS`` | (unset) | set: the live view prints plain lines even on a terminal |
 """
 
 from __future__ import annotations

@@ -179,6 +179,7 @@ class TuneLoop:
             self.metric, self.mode = self.searcher.metric, self.searcher.mode
         self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
         self.reporter = ProgressReporter(self.metric, self.mode, self.rc.verbose, self.rc.progress_interval_s)
+        self.reporter.attach(self)
         if self.trials:
             self._replay()
 
@@ -236,8 +237,7 @@ class TuneLoop:
         except KeyboardInterrupt:
             self.interrupted = True
             self.status = "interrupted"
-            logger.warning("tuneplat: interrupted; ending running trials. Resume with Tuner.restore(%r, trainable).",
-                           self.experiment_dir)
+            logger.warning("tuneplat: interrupted; ending running trials")
             self._guarded(self._teardown_all, "experiment interrupted")
         except Exception as exc:  # noqa: BLE001 - any error of the tuner ends the experiment as errored
             self.error = exc
@@ -281,7 +281,7 @@ class TuneLoop:
             self._guarded(journal.append, event)
         if self._io_pool is not None:
             self._guarded(self._io_pool.shutdown, True)  # deletions (and commits of an ended loop) finish
-        self._guarded(self.reporter.maybe_report, self.trials, True)
+        self._guarded(self.reporter.finish, self.trials, status)
         for f in self._result_files.values():
             self._guarded(f.close)
         self._result_files.clear()

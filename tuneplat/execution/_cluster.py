@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 from .._init import requested
 from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
+from ._channel import TunerUnreachable
+from ._runner import CONNECT_TIMEOUT_S, channel_client_context
 
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
 
@@ -54,7 +56,7 @@ def _redact_tls(security: Mapping[str, Any]) -> dict[str, Any]:
 
 def _local_tls() -> bool:
     """The embedded cluster uses TLS (temporary certificates) unless ``TUNEPLAT_LOCAL_TLS=0``."""
-    raw = os.environ.get("TUNEPLAT_LOCAL_TLS", "1").strip().lower()
+    raw = (env_str("TUNEPLAT_LOCAL_TLS") or "1").lower()
     if raw in ("0", "false", "no", "off"):
         return False
     if raw in ("", "1", "true", "yes", "on"):
@@ -131,7 +133,9 @@ class Cluster:
             # its workers never run the user's __main__ script (Ray's workers don't): see tuneplat/_mainguard.py
             self._no_main = contextlib.ExitStack()  # (a failed start leaves it held: harmless)
             self._no_main.enter_context(embedded_workers())
-            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
+            # the preload makes worker processes ignore Ctrl-C: the tuner ends trials and closes the cluster
+            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0,
+                                  "distributed.worker.preload": ["tuneplat.execution._worker_preload"]}):
                 self.local_cluster = LocalCluster(
                     n_workers=cores // per, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
@@ -240,7 +244,6 @@ class Cluster:
         naming the address, the hosts and what to set. ``serving(fn)`` calls
         ``fn`` while the tuner's port answers (a TLS handshake needs the tuner).
         """
-        from ._channel import TunerUnreachable
 
         slots = list(ledger.slots.values())
         if not slots or {s.host for s in slots} <= _LOOPBACK:
@@ -301,7 +304,6 @@ def _probe_tuner(address: tuple[str, int], tls: bool, dask_worker: Any = None) -
     """Runs on each worker: None when a TCP (and TLS) connection to the tuner opens, else why not."""
     import ssl
 
-    from ._runner import CONNECT_TIMEOUT_S, channel_client_context
 
     where = f"{address[0]}:{address[1]}"
     host = socket.gethostname()

@@ -32,7 +32,7 @@ from typing import Any
 
 from schedulers import Decision
 
-from .._settings import env_seconds
+from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
 from ._cluster import Assignment, Cluster, Ledger
@@ -136,7 +136,7 @@ class DaskTrialExecutor(TrialExecutor):
         self._security = security
         self._tuner_host = tuner_host
         self._tuner_ports = parse_port_range(tuner_port if tuner_port is not None
-                                             else os.environ.get("TUNEPLAT_TUNER_PORT"),
+                                             else env_str("TUNEPLAT_TUNER_PORT"),
                                              "tuner_port" if tuner_port is not None else "TUNEPLAT_TUNER_PORT")
         self.start_timeout_s = env_seconds("TUNEPLAT_START_TIMEOUT_S", 90)
         self.hang_timeout_s = env_seconds("TUNEPLAT_HEARTBEAT_TIMEOUT_S", 30)

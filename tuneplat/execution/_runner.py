@@ -286,7 +286,7 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
 
 
 #: how long a rank tries to open its connection to the tuner (then it fails naming the address)
-CONNECT_TIMEOUT_S = float(os.environ.get("TUNEPLAT_CONNECT_TIMEOUT_S", "10"))
+CONNECT_TIMEOUT_S = env_seconds("TUNEPLAT_CONNECT_TIMEOUT_S", 10)
 
 
 def channel_client_context(tls: bool, worker: Any = None) -> Any:

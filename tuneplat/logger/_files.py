@@ -16,10 +16,10 @@ background thread so that the loop only puts each result on a queue:
 
 from __future__ import annotations
 
+import collections
 import csv
 import logging
 import os
-import queue
 import threading
 from numbers import Number
 from typing import Any
@@ -31,6 +31,9 @@ from ._tbevents import EventFile
 __all__ = ["FileLoggers", "tensorboard_available"]
 
 logger = logging.getLogger("tuneplat")
+
+#: how often the writer thread takes what the loop queued (the files are complete when the experiment ends)
+FLUSH_S = 0.5
 
 
 def tensorboard_available() -> bool:
@@ -79,7 +82,7 @@ class _TrialFiles:
         raw = flat.get("training_iteration")
         step = int(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
         stamp = flat.get("timestamp")
-        self.tb.scalars(((f"ray/tune/{k}", float(v)) for k, v in flat.items()
+        self.tb.scalars(((f"ray/tune/{k}", float(v)) for k, v in flat.items()  # type: ignore[arg-type]
                          if isinstance(v, Number) and not isinstance(v, bool) and k != "pid"), step,
                         float(stamp) if isinstance(stamp, (int, float)) else None)
 
@@ -109,7 +112,9 @@ class FileLoggers(ControllerCallback):
     def __init__(self, csv: bool = True, tensorboard: bool = True) -> None:
         self.want_csv = csv
         self.want_tb = tensorboard and tensorboard_available()
-        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        # the loop appends (no lock, no wake-up per result); the thread drains every FLUSH_S and at the end
+        self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
 
@@ -120,40 +125,44 @@ class FileLoggers(ControllerCallback):
 
     def on_trial_result(self, ctrl: Any, trial: Any, result: dict[str, Any]) -> None:
         if self._thread is not None:
-            self._queue.put(("result", trial.trial_id, trial.path, dict(result)))
+            self._queue.append(("result", trial.trial_id, trial.path, dict(result)))
 
     def on_trial_complete(self, ctrl: Any, trial: Any) -> None:
         if self._thread is not None:
-            self._queue.put(("end", trial.trial_id))
+            self._queue.append(("end", trial.trial_id))
 
     def on_experiment_end(self, ctrl: Any, status: str) -> None:
         if self._thread is not None:
-            self._queue.put(None)
+            self._stop.set()
             self._thread.join(timeout=60)
             self._thread = None
 
     def _run(self) -> None:
         files: dict[str, _TrialFiles] = {}
         while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    break
-                if item[0] == "result":
-                    _, trial_id, path, result = item
-                    tf = files.get(trial_id)
-                    if tf is None:
-                        tf = files[trial_id] = _TrialFiles(path, self.want_csv, self.want_tb)
-                    tf.write(result)
-                elif item[0] == "end" and item[1] in files:
-                    files.pop(item[1]).close()
-                if self._queue.empty():
-                    for tf in files.values():
-                        tf.flush()
-            except Exception as exc:  # noqa: BLE001 - these files are a convenience: never end the experiment
-                if not self._failed:
-                    self._failed = True
-                    logger.warning("tuneplat: could not write progress.csv / TensorBoard files: %s", exc)
+            stopping = self._stop.wait(FLUSH_S)
+            while self._queue:
+                item = self._queue.popleft()
+                try:
+                    if item[0] == "result":
+                        _, trial_id, path, result = item
+                        tf = files.get(trial_id)
+                        if tf is None:
+                            tf = files[trial_id] = _TrialFiles(path, self.want_csv, self.want_tb)
+                        tf.write(result)
+                    elif item[0] == "end" and item[1] in files:
+                        files.pop(item[1]).close()
+                except Exception as exc:  # noqa: BLE001 - these files are a convenience: never end the experiment
+                    if not self._failed:
+                        self._failed = True
+                        logger.warning("tuneplat: could not write progress.csv / TensorBoard files: %s", exc)
+            for tf in files.values():
+                try:
+                    tf.flush()
+                except Exception:  # noqa: BLE001
+                    logger.debug("tuneplat: flushing a trial's log files failed", exc_info=True)
+            if stopping:
+                break
         for tf in files.values():
             try:
                 tf.close()
