@@ -66,6 +66,8 @@ def test_learning_curves_draw_one_line_per_trial_and_mark_every_stop_of_the_jour
     assert len(_points(fig, "marks:budget")) == len(budget)
     assert _points(fig, "marks:paused") == [] and _points(fig, "marks:cloned") == []
     assert f"{len(pruned)} stopped early" in fig.axes[0].get_title()
+    best = _artist(fig, "best_curve")  # more than 10 trials: the best one is drawn on top
+    np.testing.assert_allclose(best.get_ydata(), asha_grid.get_best_result().metrics_dataframe["loss"].to_numpy())
 
 
 def test_hyperband_pauses_and_stops_of_paused_trials_are_marked(hyperband_grid):
@@ -120,7 +122,16 @@ def test_pbt_lineage_draws_one_edge_per_exploit_from_donor_to_recipient(pbt_grid
     # the learning curves show where each clone happened, and break the line there
     curves = plot.plot_learning_curves(pbt_grid)
     assert len(_points(curves, "marks:cloned")) == len(exploits)
-    assert len(_artist(curves, "curves", LineCollection).get_segments()) == len(pbt_grid) + len(exploits)
+    # a clone with results after it starts a new piece of line (one at the very end has nothing to draw)
+    seen: dict[str, int] = {}
+    cut_at = []
+    for e in _journal(pbt_grid):
+        if e["event"] == "result":
+            seen[e["trial_id"]] = seen.get(e["trial_id"], 0) + 1
+        elif e["event"] == "exploit":
+            cut_at.append((e["trial_id"], seen.get(e["trial_id"], 0)))
+    pieces = {(tid, n) for tid, n in cut_at if 0 < n < seen[tid]}
+    assert len(_artist(curves, "curves", LineCollection).get_segments()) == len(pbt_grid) + len(pieces)
 
 
 def test_lineage_of_an_experiment_without_pbt_says_why(asha_grid):
@@ -264,3 +275,99 @@ def test_save_plots_draws_what_applies_and_says_why_the_rest_is_left_out(asha_gr
     assert list(saved.files) == ["pbt_lineage", "learning_curves"]  # in the order asked
     with pytest.raises(plot.PlotError, match="unknown plot kind 'curvs' \\(did you mean 'curves'\\?\\)"):
         plot.save_plots(pbt_grid, str(tmp_path / "x"), ["curvs"])
+
+
+# ---------------------------------------------------------------------- other sources
+
+
+def test_a_grid_without_its_journal_is_drawn_from_its_results(asha_grid):
+    from tuneplat import ResultGrid
+
+    bare = ResultGrid(list(asha_grid), "loss", "min", experiment_path=None)
+    fig = bare.plot_learning_curves()
+    assert len(_artist(fig, "curves", LineCollection).get_segments()) == len(asha_grid)
+    pruned = [r for r in asha_grid if r.stop_reason and "at rung" in r.stop_reason]
+    assert len(_points(fig, "marks:stopped")) == len(pruned)
+
+
+def test_an_experiment_on_s3_is_drawn_from_its_url(dask_client, s3, cache_dir, monkeypatch, s3_endpoint, tmp_path):
+    import plot_trainables as T
+
+    fs, url = s3
+    grid = tune.Tuner(T.curve, param_space={"floor": tune.grid_search([0.0, 0.5, 1.0]), "steps": 3},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name="remote", storage_path=f"{url}/results", storage_filesystem=fs,
+                                                verbose=0, mlflow=False), client=dask_client).fit()
+    assert grid.experiment_path.startswith("s3://")
+    fig = grid.plot_learning_curves()  # through the grid's filesystem
+    assert len(_artist(fig, "curves", LineCollection).get_segments()) == 3
+    # from the URL alone, on a machine without the local cache: fsspec's configuration finds the server
+    import shutil
+
+    shutil.rmtree(cache_dir)
+    with pytest.raises(plot.PlotError, match=f"{url}/results/remote: cannot read the experiment: "):
+        plot.load_experiment(f"{url}/results/remote")  # no credentials, no endpoint: said plainly
+    for k, v in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_DEFAULT_REGION": "eu-west-1"}.items():
+        monkeypatch.setenv(k, v)
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()  # the instance above was made without them
+    saved = plot.save_plots(f"{url}/results/remote", str(tmp_path / "p"), "curves,history")
+    assert sorted(saved.files) == ["learning_curves", "optimization_history"]
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def _fails_once(config):
+    marker = config["marker"]
+    for step in range(1, 6):
+        if step == 3 and not os.path.exists(marker) and config["kind"] != "always":
+            open(marker, "w").close()
+            raise RuntimeError("first attempt crashes")
+        if step == 3 and config["kind"] == "always":
+            raise RuntimeError("always crashes")
+        yield {"loss": 1.0 / step}
+
+
+def test_retries_and_errors_on_the_timeline_and_the_curves(tmp_path):
+    from tuneplat.testing import VirtualTimeExecutor
+
+    grid = tune.Tuner(_fails_once, param_space={"kind": tune.grid_search(["once", "always"]),
+                                                 "marker": str(tmp_path / "m")},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name="retry", storage_path=str(tmp_path / "r"), verbose=0,
+                                                mlflow=False, failure_config=tune.FailureConfig(max_failures=1)),
+                      executor=VirtualTimeExecutor(num_slots=2)).fit()
+    assert [r.status for r in grid] == ["TERMINATED", "ERROR"]
+    events = _journal(grid)
+    failures = [e for e in events if e["event"] == "trial_failure"]
+    assert [e["retry"] for e in failures] == [True, True, False]
+    fig = grid.plot_learning_curves()
+    assert _points(fig, "marks:error") == [(2.0, 0.5)]  # the trial that gave up, at its last report
+    segs = _artist(fig, "curves", LineCollection).get_segments()
+    assert [len(s) for s in segs] == [5, 2]  # the retried trial's iterations once each
+    timeline = grid.plot_timeline()
+    colors = _artist(timeline, "spans", LineCollection).get_colors()
+    assert len(colors) == len([e for e in events if e["event"] == "trial_start"]) == 4
+
+
+def test_the_public_surface_is_sorted_and_complete():
+    import types
+
+    assert plot.__all__ == sorted(plot.__all__)
+    public = {n for n in dir(plot) if not n.startswith("_") and not isinstance(getattr(plot, n), types.ModuleType)}
+    assert public - {"annotations", "os", "Any", "Callable", "Sequence", "dataclass", "field",
+                     "resolve_kinds"} == set(plot.__all__)
+
+
+def test_a_live_experiment_shows_its_running_trials(hyperband_grid):
+    events = _journal(hyperband_grid)
+    cut = next(i for i, e in enumerate(events) if e["event"] == "decision" and e["decision"] == "PAUSE") + 1
+    live = plot.experiment_from_events(events[:cut], hyperband_grid.experiment_path)  # as read mid-run
+    running = [t.trial_id for t in live.trials if t.spans and t.spans[-1][1] is None]
+    started = {e["trial_id"] for e in events[:cut] if e["event"] == "trial_start"}
+    assert running and set(running) <= started
+    fig = plot.plot_timeline(live)
+    assert len(_artist(fig, "spans", LineCollection).get_segments()) == len(
+        [e for e in events[:cut] if e["event"] == "trial_start"])
+    assert len(_points(plot.plot_learning_curves(live), "marks:paused")) == 1

@@ -47,8 +47,8 @@ from ._plots import (
 )
 
 __all__ = [
-    "KINDS",
     "Experiment",
+    "KINDS",
     "Mark",
     "PlotError",
     "SavedPlots",
@@ -68,8 +68,6 @@ __all__ = [
     "save_plots",
     "to_optuna_study",
 ]
-
-logger = logging.getLogger("tuneplat")
 
 #: the kinds of plot :func:`save_plots` and ``tuneplat plot --kind`` know, in the order they are drawn
 KINDS: tuple[str, ...] = ("learning_curves", "optimization_history", "param_importances", "parallel_coordinates",
@@ -177,6 +175,13 @@ def save_plots(source: Any, out_dir: str, kinds: Sequence[str] | str | None = No
             if explicit:
                 raise
             saved.skipped[kind] = str(exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - drawing every kind: one that breaks must not cost the others
+            if explicit:
+                raise
+            saved.skipped[kind] = f"could not be drawn: {type(exc).__name__}: {exc}"
+            logging.getLogger("tuneplat").warning("tuneplat: the %s plot of %s could not be drawn", kind,
+                                                  exp.path, exc_info=True)
             continue
         path = os.path.join(out_dir, f"{kind}.{fmt}")
         fig.savefig(path, dpi=dpi)

@@ -71,7 +71,7 @@ class TrialRecord:
     #: PBT exploits in order: dicts with ``from_trial``, ``iteration``, ``from_iteration``, ``old_config``,
     #: ``new_config``, ``time`` and ``index`` (results before it belong to the previous segment)
     exploits: list[dict[str, Any]] = field(default_factory=list)
-    #: wall-clock spans when an attempt of the trial ran: ``(start, end, how it ended)``; end None = still running
+    #: wall-clock spans when an attempt of the trial ran: ``(start, end, how it ended)``; end None: still running
     spans: list[tuple[float, float | None, str]] = field(default_factory=list)
     stop_reason: str | None = None
     first_config: dict[str, Any] = field(default_factory=dict)
@@ -280,7 +280,8 @@ def load_experiment(source: Any) -> Experiment:
     if isinstance(source, ResultGrid):
         path = source.experiment_path
         if path:
-            local = _local_folder(path, missing_ok=True)
+            fs = next((r.filesystem for r in source if r.filesystem is not None), None)
+            local = _local_folder(path, missing_ok=True, fs=fs)
             if local is not None:
                 return _from_journal(local, display=path)
         return _from_grid(source)
@@ -293,13 +294,17 @@ def load_experiment(source: Any) -> Experiment:
                     "(tuner.fit()'s result) or an Experiment from tuneplat.plot.load_experiment().")
 
 
-def _local_folder(path: str, *, missing_ok: bool) -> str | None:
-    """A local folder holding the experiment's journal (a remote experiment is fetched into its cache)."""
+def _local_folder(path: str, *, missing_ok: bool, fs: Any = None) -> str | None:
+    """A local folder holding the experiment's journal (a remote experiment is fetched into its cache, with
+    ``fs`` or else the filesystem fsspec builds from the URL and its configuration)."""
     from .._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
 
     if is_remote(path):
         try:
-            fs, root = fs_for_url(path)
+            if fs is None:
+                fs, root = fs_for_url(path)
+            else:
+                root = fs._strip_protocol(path)
             url = fs.unstrip_protocol(root.rstrip("/"))
             if not fs.exists(f"{url}/journal.jsonl"):
                 if missing_ok:
@@ -308,10 +313,13 @@ def _local_folder(path: str, *, missing_ok: bool) -> str | None:
                                 "expected <storage_path>/<name>")
             local = local_cache_for(url)
             fetch_experiment(fs, url, local)
-        except (ValueError, OSError) as exc:
+        except PlotError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any filesystem's error (credentials, network) is named
             if missing_ok:
                 return None
-            raise PlotError(f"{path}: {str(exc).splitlines()[0]}") from None
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise PlotError(f"{path}: cannot read the experiment: {type(exc).__name__}: {first}") from None
         return local
     if path.startswith("file://"):
         path = path[len("file://"):]
@@ -427,6 +435,8 @@ def experiment_from_events(events: Iterable[Mapping[str, Any]], path: str = "") 
                 t.marks.append(Mark(mk, paused_at.pop(key), len(t.results) - 1, when, t.stop_reason))
             close_span(t, when, status.lower())
             t.status = status
+    for t_id, start in running.items():  # still running (a live experiment, or the tuner died)
+        trials[t_id].spans.append((start, None, "running"))
     exp.trials = list(trials.values())
     return exp
 

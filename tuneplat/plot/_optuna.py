@@ -61,6 +61,17 @@ def infer_distributions(rows: list[dict[str, Any]], keys: list[str]) -> dict[str
     return out
 
 
+def import_optuna() -> Any:
+    """Import Optuna without tqdm's "IProgress not found" warning in notebooks without ipywidgets."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import optuna
+        import optuna.importance  # noqa: F401
+    return optuna
+
+
 @contextmanager
 def _quiet_optuna() -> Iterator[None]:
     log = logging.getLogger("optuna")
@@ -105,7 +116,7 @@ def to_optuna_study(source: Any, metric: str | None = None, mode: str | None = N
         >>> study = to_optuna_study("./tuneplat_results/digits-asha")  # doctest: +SKIP
         >>> optuna.visualization.plot_slice(study).show()  # doctest: +SKIP
     """
-    import optuna
+    optuna = import_optuna()
     from optuna.trial import TrialState, create_trial
 
     exp = load_experiment(source)

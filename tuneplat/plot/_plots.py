@@ -181,7 +181,8 @@ def plot_learning_curves(source: Any, metric: str | None = None, *, x: str = "tr
     criteria), an orange dot where it was paused (HyperBand, PBT), a purple
     triangle where PBT cloned another trial into it, a black cross where it
     failed. Lines are colored by each trial's last value (best is brightest);
-    with up to 10 trials each has its own color and a legend entry. A PBT
+    with up to 10 trials each has its own color and a legend entry, beyond
+    that the best trial (by its last value) is drawn in red on top. A PBT
     trial's curve is broken where it took another trial's checkpoint.
 
     Args:
@@ -236,6 +237,16 @@ def plot_learning_curves(source: Any, metric: str | None = None, *, x: str = "tr
     ax.add_collection(lc)
     if segs:
         ax.autoscale_view()
+    if mode is not None and not few:  # the best trial (by its last value, as get_best_result()) on top
+        ranked = [(v if mode == "min" else -v, n) for n, v in enumerate(last) if v is not None]
+        if ranked:
+            best = chosen[min(ranked)[1]]
+            for a, b in best.segments():
+                pts = _points(best, metric, x, a, b)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], color="#d62728", lw=1.8, zorder=3,
+                            gid="best_curve")
+            handles.append(Line2D([], [], color="#d62728", lw=1.8, label=f"best: {_trial_label(best)}"))
     counts = _draw_marks(ax, exp, metric, x, chosen)
     if not few and norm is not None:
         from matplotlib.cm import ScalarMappable
@@ -416,10 +427,11 @@ def param_importances(source: Any, metric: str | None = None, mode: str | None =
     Raises:
         PlotError: fewer than 2 trials to compare, no varying key, a bad ``at``.
     """
+    from ._optuna import _quiet_optuna, import_optuna, to_optuna_study
+
+    import_optuna()
     from optuna.importance import get_param_importances
     from optuna.trial import TrialState
-
-    from ._optuna import _quiet_optuna, to_optuna_study
 
     exp = load_experiment(source)
     metric = exp.resolve_metric(metric)
@@ -784,10 +796,12 @@ def plot_timeline(source: Any) -> Figure:
               "interrupted": "#999999", "running": "#2ca02c"}
     segs, cs, used = [], [], set()
     n = len(exp.trials)
+    known = [e for t in exp.trials for _s, e, _h in t.spans if e is not None] + starts
+    now = max(known + [m.time for t in exp.trials for m in t.marks if m.time is not None]) if known else t0
     lw = max(0.6, min(8.0, 300.0 / max(n, 1)))
     for row, t in enumerate(exp.trials):
         for s, e, how in t.spans:
-            end = e if e is not None else s
+            end = e if e is not None else now  # still running: up to the last thing the journal recorded
             segs.append([(s - t0, row), (max(end, s) - t0, row)])
             cs.append(colors.get(how, "#1f77b4"))
             used.add(how)

@@ -543,6 +543,8 @@ class _Uploader:
                 shutil.rmtree(folder, ignore_errors=True)
                 self.dropped.append(f"plots of the experiment (could not be drawn: {type(exc).__name__}: {exc})")
                 return
+            self.dropped.extend(f"plot {kind} ({why})" for kind, why in saved.skipped.items()
+                                if why.startswith("could not be drawn"))
             if not saved.files:
                 shutil.rmtree(folder, ignore_errors=True)
                 return
