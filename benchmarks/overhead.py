@@ -82,6 +82,9 @@ def run_tuneplat(client, fn, n: int, storage: str) -> tuple[float, int]:
     t0 = time.perf_counter()
     results = tuner.fit()
     wall = time.perf_counter() - t0
+    errors = [r.error for r in results if r.error is not None]
+    if errors:
+        raise RuntimeError(f"{len(errors)} trial(s) failed; first: {errors[0]}")
     return wall, sum(len(r._history) for r in results)
 
 

@@ -404,6 +404,12 @@ class TuneLoop:
         self.stopping = True
         self.interrupted = True  # what did not run stays restorable
         self.fail_fast_error = message
+        # a trial that ran and waits to be placed again (its worker or host was lost and not replaced): it
+        # failed, for this reason; not PENDING as if it had never started
+        for trial in [t for t in self.queue if t.num_failures > 0]:
+            self.queue.remove(trial)
+            trial.error = f"its worker was lost and it could not be placed again: {message}"
+            self._end_trial(trial, TrialStatus.ERROR)
 
     def _sync_files(self) -> None:
         journal = self.journal

@@ -67,4 +67,8 @@ class TorchTrainer:
         result = tuner.fit()[0]
         if result.error is not None:
             raise TrainingFailedError(f"Training failed: {result.error}") from result.error
+        status = getattr(result, "status", "TERMINATED")
+        if status != "TERMINATED":  # ended before it finished (interrupted, or no worker could take it)
+            raise TrainingFailedError(f"Training did not finish: the run is {status} (the log above says why; "
+                                      "Tuner.restore(<experiment folder>, trainer) continues it)")
         return result
