@@ -55,7 +55,8 @@ def _without_secrets(state: dict[str, Any]) -> dict[str, Any]:
         dropped.append("run_config.mlflow.tracking_uri's credentials")
     if not changes:
         return state
-    return {**state, "run_config": dataclasses.replace(rc, **changes), "not_saved": dropped}
+    return {**state, "run_config": dataclasses.replace(rc, **changes),  # type: ignore[type-var]
+            "not_saved": dropped}
 
 
 def save_tuner_state(experiment_dir: str, state: dict[str, Any]) -> None:

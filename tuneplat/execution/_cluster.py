@@ -134,19 +134,74 @@ class Cluster:
     def wait_for_workers(self) -> None:
         """Wait (bounded) until the cluster has the workers it is meant to have.
 
-        A LocalCluster (ours or the user's) says how many workers it runs; any
-        other cluster must have at least one (adaptive clusters start at zero).
-        A worker being restarted by its nanny is waited for, so that a trial
-        is not refused as impossible while the cluster is only catching up.
+        A LocalCluster (ours or the user's) says how many workers it runs: a
+        worker being restarted by its nanny is waited for, so that a trial is
+        not refused as impossible while the cluster is only catching up. Other
+        clusters (and adaptive ones, which start at zero) are waited for by
+        :meth:`wait_to_fit`, which also asks for the workers a trial needs.
         """
         spec = getattr(getattr(self.client, "cluster", None), "worker_spec", None)
-        expected = max(1, len(spec)) if spec else 1
+        if not spec:
+            return
+        expected = len(spec)
         timeout = float(os.environ.get("TUNEPLAT_WORKER_WAIT_S", "60"))
         try:
             self.client.wait_for_workers(expected, timeout=timeout)
         except TimeoutError:
             logger.warning("tuneplat: the cluster has fewer than %d worker(s) after %.0fs; going on with what is there",
                            expected, timeout)
+
+    @property
+    def may_grow(self) -> bool:
+        """Whether workers may still join: not for the embedded cluster, nor for a fixed-size cluster object whose
+        workers are all up; yes for an adaptive one, and for a scheduler known only by its address."""
+        if self.local_cluster is not None:
+            return False
+        cluster = getattr(self.client, "cluster", None)
+        if cluster is None:
+            return True
+        if getattr(cluster, "_adaptive", None) is not None:
+            return True
+        spec = getattr(cluster, "worker_spec", None)
+        if spec is None:
+            return True
+        return len(spec) > len(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+
+    def wait_to_fit(self, fits: Callable[[], bool], request: Mapping[str, float], n: int, say: Any,
+                    timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until ``fits()``: workers still joining, an adaptive cluster at zero.
+
+        Meanwhile one short task per rank, asking for the rank's resources, is
+        kept queued, so that Dask's adaptive scaling (``cluster.adapt(minimum=0,
+        ...)``, dask-jobqueue, dask-kubernetes) sees the demand and starts
+        workers. Returns whether the group fits now.
+        """
+        import time
+
+        need = ", ".join(f"{k}={v:g}" for k, v in request.items())
+        if say is not None:
+            say(f"tuneplat: waiting up to {timeout:.0f}s for {n} worker(s) with {{{need}}} to join the cluster "
+                "(TUNEPLAT_WORKER_WAIT_S sets this limit)")
+        deadline = time.monotonic() + timeout
+        resources = {k: v for k, v in request.items() if v > 0}
+        futures: list[Any] = []
+        try:
+            while not fits():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                futures = [f for f in futures if not f.done()]
+                while len(futures) < n:  # demand an adaptive cluster can see (the tasks only wait briefly)
+                    futures.append(self.client.submit(_demand, 0.5, resources=resources or None, pure=False,
+                                                      key=f"tuneplat-demand-{len(futures)}-{time.monotonic_ns()}"))
+                try:
+                    futures[0].result(timeout=min(0.5, left))  # (a demand task ends in 0.5 s once it runs)
+                except Exception:  # noqa: BLE001 - a timeout, a worker that left: look again
+                    pass
+        finally:
+            for f in futures:
+                f.cancel()
+        return True
 
     @property
     def dashboard_link(self) -> str | None:
@@ -274,6 +329,13 @@ class Cluster:
                 self.client.close()
             if self.local_cluster is not None:
                 self.local_cluster.close()
+
+
+def _demand(seconds: float) -> None:
+    """A placeholder task standing for a rank that waits to be placed (see :meth:`Cluster.wait_to_fit`)."""
+    import time
+
+    time.sleep(seconds)
 
 
 def _source_address(target: tuple[str, int]) -> str | None:
