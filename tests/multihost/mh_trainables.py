@@ -41,3 +41,15 @@ def where(config):
     s = _get_session("report")
     tuneplat.report({"loss": 0.0, "peer": str(s.sock.getpeername()), "local": str(s.sock.getsockname()),
                      "addr": str(s.spec.tuner_addr)})
+
+
+def checkpointing(config):
+    import os
+    import tempfile
+
+    for i in range(3):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.txt"), "w") as f:
+                f.write(str(i))
+            tuneplat.report({"loss": float(i), "host": socket.gethostname()},
+                            checkpoint=tuneplat.Checkpoint.from_directory(d))

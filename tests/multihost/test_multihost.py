@@ -142,3 +142,17 @@ def test_scheduler_through_a_port_forward(net, tmp_path):
     kind, body = _outcome(out)
     assert kind == "RESULT", body
     assert [t["error"] for t in body["trials"]] == [None] * 4
+
+
+def test_no_shared_filesystem_is_an_error_at_the_first_checkpoint(net, tmp_path):
+    """Workers whose storage_path is a disk of their own: the first checkpoint fails, naming path and host."""
+    storage = tmp_path / "results"
+    storage.mkdir()
+    address, certs = netns.start_cluster(net, str(tmp_path), tls=True, private=str(storage))
+    out = netns.run_tuner(net, "tuner_main.py", _opts(tmp_path, address, certs, mode="checkpoint"))
+    kind, body = _outcome(out)
+    assert kind == "RESULT", body
+    errors = [t["error"] for t in body["trials"] if t["error"]]
+    assert errors, body
+    assert "cannot see it" in errors[0] and str(storage) in errors[0] and "s3://" in errors[0]
+    assert "w1" in errors[0] or "w2" in errors[0]

@@ -83,6 +83,9 @@ def main() -> None:
         if opts["mode"] == "ddp":
             grid = Tuner(mh_trainables.ddp, param_space={}, tune_config=TuneConfig(metric="loss", mode="min"),
                          run_config=rc, scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD")).fit()
+        elif opts["mode"] == "checkpoint":
+            grid = Tuner(mh_trainables.checkpointing, param_space={"x": grid_search([0.0, 1.0])},
+                         tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc).fit()
         else:
             grid = Tuner(getattr(mh_trainables, opts.get("fn", "sweep")), param_space={"x": grid_search([0.0, 1.0, 2.0, 3.0]),
                                                            "canary": opts.get("canary", "")},
