@@ -545,14 +545,14 @@ class TuneLoop:
                     cb.on_checkpoint(self, trial, ckpt, result)
                 self._apply_retention(trial)
             else:  # the ranks staged it where they run, but the tuner does not see it: no shared filesystem
-                problem = (f"rank 0 on host {result.get('hostname', '?')} saved checkpoint "
+                unseen = (f"rank 0 on host {result.get('hostname', '?')} saved checkpoint "
                            f"{checkpoint_name(iteration)} under {trial.path}, but the tuner (on {socket.gethostname()}) "
                            "cannot see it there: RunConfig(storage_path=...) must be a filesystem shared by the tuner "
                            "and every Dask worker (NFS, a parallel filesystem), or object storage such as "
                            "'s3://bucket/results' (docs/multi-host.md)")
-                self.executor.fail(trial.trial_id, problem)
+                self.executor.fail(trial.trial_id, unseen)
                 trial.no_retry = True  # every trial would lose its checkpoints the same way: end the experiment
-                self._fail_experiment(f"trial {trial.trial_id} failed: {problem}")
+                self._fail_experiment(f"trial {trial.trial_id} failed: {unseen}")
                 return
         if run.resumed_from_clone:
             run.resumed_from_clone = False  # (its iterations may go back: they continue the source's)
