@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -131,6 +131,10 @@ class MLflowConfig:
         log_checkpoints: log kept checkpoints as run artifacts.
         register_best_model: register the best trial's checkpoint under this name.
         tags: extra tags on the parent run.
+        log_plots: at the end of the experiment, draw its plots (learning curves, optimization
+            history, parameter importances, ...; see :mod:`tuneplat.plot`) and log them as
+            ``plots/*.png`` artifacts of the parent run. They are drawn by the MLflow uploader
+            process, from the journal, after the last trial ended.
     """
 
     tracking_uri: str | None = None
@@ -138,6 +142,7 @@ class MLflowConfig:
     log_checkpoints: bool = True
     register_best_model: str | None = None
     tags: Mapping[str, str] | None = None
+    log_plots: bool = True
 
 
 @dataclass
@@ -234,6 +239,14 @@ class ScalingConfig:
     trainer_resources: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
+        for name in ("num_workers", "use_gpu", "resources_per_worker"):
+            value = getattr(self, name)
+            if (isinstance(value, Mapping) and "grid_search" in value) or hasattr(value, "sample"):
+                raise ValueError(
+                    f"ScalingConfig({name}={value!r}): a search domain in ScalingConfig (a different number of ranks "
+                    "or resources per trial, Ray Train's Tuner guide) is not supported: every trial of a Tuner runs "
+                    "with the same ScalingConfig. Run one Tuner per value, e.g. `for n in (1, 2): "
+                    "Tuner(trainer, param_space={'scaling_config': ScalingConfig(num_workers=n), ...}).fit()`.")
         _check(isinstance(self.num_workers, int) and self.num_workers >= 1,
                "ScalingConfig.num_workers", self.num_workers, "an int >= 1")
         _check(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),

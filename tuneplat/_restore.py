@@ -186,7 +186,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
     meta: dict[str, Any] = {}
     for ev in events:
         kind = ev.get("event")
-        tid = ev.get("trial_id")
+        tid = str(ev.get("trial_id") or "")
         t = trials.get(tid) if tid else None
         if kind == "experiment":
             meta = {k: ev.get(k) for k in ("name", "metric", "mode", "num_samples")}
@@ -194,7 +194,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
             path = ev["path"]
             if not os.path.isdir(path):  # the folder moved: trial folders sit beside the journal
                 path = os.path.join(experiment_dir, os.path.basename(path))
-            trials[tid] = Trial(trial_id=tid, config=_config(ev, trusted=trusted), path=path, name=ev.get("name", tid))
+            trials[tid] = Trial(trial_id=tid, config=_config(ev, trusted=trusted), path=path, name=str(ev.get("name") or tid))
         elif t is None:
             continue
         elif kind == "trial_start":

