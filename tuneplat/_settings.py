@@ -15,10 +15,7 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S`` | 30 | how long ``fit()`` waits at its end for MLflow logging to finish |
 | ``TUNEPLAT_RUNNER_IDLE_S`` | 60 | how long a chained-trial runner waits for its next trial |
 | ``TUNEPLAT_TUNER_HOST`` | (chosen) | the address ranks use to reach the tuner |
-| ``TUNEPLAT_TUNER_PORT`` | (any free) | the tuner's result port, or a range ``8790-8799`` (``RunConfig(tuner_port=)``) |
-| ``TUNEPLAT_CONNECT_TIMEOUT_S`` | 10 | a rank that cannot open the tuner's port within this fails, naming the address |
 | ``TUNEPLAT_AUTH_TIMEOUT_S`` | 10 | a peer of the tuner's port must finish TLS and authentication within this |
-| ``TUNEPLAT_LOCAL_TLS`` | 1 | the embedded cluster uses TLS with temporary certificates (0: plain TCP) |
 | ``TUNEPLAT_CACHE_DIR`` | ``~/.cache/tuneplat`` | the local cache of experiments on remote storage |
 | ``TUNEPLAT_TUNER_PORT`` | (any free port) | the tuner's result port, or a range ``a-b`` (a firewall that opens only these) |
 | ``TUNEPLAT_CONNECT_TIMEOUT_S`` | 10 | a rank reaches the tuner's result port within this, or fails naming the address |
