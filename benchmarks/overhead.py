@@ -82,6 +82,9 @@ def run_tuneplat(client, fn, n: int, storage: str) -> tuple[float, int]:
     t0 = time.perf_counter()
     results = tuner.fit()
     wall = time.perf_counter() - t0
+    errors = [r.error for r in results if r.error is not None]
+    if errors:
+        raise RuntimeError(f"{len(errors)} trial(s) failed; first: {errors[0]}")
     return wall, sum(len(r._history) for r in results)
 
 
@@ -136,11 +139,11 @@ def bench_tls(storage: str, sizes: dict, rounds: int) -> dict:
 
     import dask
     from distributed import Client, LocalCluster
-    from distributed.security import Security
+    from tuneplat.execution._cluster import temporary_security  # what the embedded cluster uses (ECDSA P-256)
 
     clients, clusters = {}, []
     for mode in ("plain", "tls"):
-        sec = Security.temporary() if mode == "tls" else None
+        sec = temporary_security() if mode == "tls" else None
         with dask.config.set({"distributed.worker.daemon": False}):
             cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
                                    dashboard_address="127.0.0.1:0", resources={"CPU": 1}, security=sec)

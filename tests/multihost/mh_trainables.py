@@ -41,3 +41,38 @@ def where(config):
     s = _get_session("report")
     tuneplat.report({"loss": 0.0, "peer": str(s.sock.getpeername()), "local": str(s.sock.getsockname()),
                      "addr": str(s.spec.tuner_addr)})
+
+
+def checkpointing(config):
+    import os
+    import tempfile
+
+    for i in range(3):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.txt"), "w") as f:
+                f.write(str(i))
+            tuneplat.report({"loss": float(i), "host": socket.gethostname()},
+                            checkpoint=tuneplat.Checkpoint.from_directory(d))
+
+
+def host_dies(config):
+    """Checkpoints every step; on host w2, at step 3, it says so (a marker file) and waits for its host to die."""
+    import os
+    import tempfile
+    import time
+
+    ckpt = tuneplat.get_checkpoint()
+    start = 0
+    if ckpt is not None:
+        with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
+            start = int(f.read())
+    for step in range(start + 1, 6):
+        if step == 3 and socket.gethostname() == "w2":
+            with open(config["marker"], "w") as f:
+                f.write("w2")
+            time.sleep(600)  # the test kills every process of host w2 now
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "step.txt"), "w") as f:
+                f.write(str(step))
+            tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
+                            checkpoint=tuneplat.Checkpoint.from_directory(d))

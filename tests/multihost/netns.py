@@ -36,10 +36,17 @@ class Host:
     ns: str
     ip: str
 
-    def cmd(self, *argv: str) -> list[str]:
-        """``argv`` run in this host's network namespace with its own hostname."""
-        return ["ip", "netns", "exec", self.ns, "unshare", "--uts", "sh", "-c",
-                f'hostname {self.name} && exec "$@"', "sh", *argv]
+    def cmd(self, *argv: str, private: str | None = None) -> list[str]:
+        """``argv`` run in this host's network namespace with its own hostname.
+
+        ``private``: a folder this host sees as its own empty disk (a tmpfs in a
+        mount namespace of its own): no filesystem shared with the other hosts there.
+        """
+        if private is None:
+            return ["ip", "netns", "exec", self.ns, "unshare", "--uts", "sh", "-c",
+                    f'hostname {self.name} && exec "$@"', "sh", *argv]
+        return ["ip", "netns", "exec", self.ns, "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
+                f'hostname {self.name} && mount -t tmpfs tmpfs {private} && exec "$@"', "sh", *argv]
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return sh("ip", "netns", "exec", self.ns, *argv, check=check)
@@ -84,10 +91,10 @@ class Net:
             raise
         return net
 
-    def start(self, host: str, *argv: str, env: dict[str, str] | None = None, log: str | None = None
-              ) -> subprocess.Popen[Any]:
+    def start(self, host: str, *argv: str, env: dict[str, str] | None = None, log: str | None = None,
+              private: str | None = None) -> subprocess.Popen[Any]:
         out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(self.hosts[host].cmd(*argv), env=env, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(self.hosts[host].cmd(*argv, private=private), env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -150,9 +157,12 @@ def write_certs(folder: str) -> dict[str, str]:
     return paths
 
 
-def start_cluster(net: Net, tmp: str, tls: bool, workers: tuple[str, ...] = ("w1", "w2"), port: int = 8786
-                  ) -> tuple[str, dict[str, str] | None]:
-    """A ``dask scheduler`` on host "sched" and one ``dask worker`` per worker host; returns the address."""
+def start_cluster(net: Net, tmp: str, tls: bool, workers: tuple[str, ...] = ("w1", "w2"), port: int = 8786,
+                  private: str | None = None) -> tuple[str, dict[str, str] | None]:
+    """A ``dask scheduler`` on host "sched" and one ``dask worker`` per worker host; returns the address.
+
+    ``private``: a folder each worker host has on a disk of its own (see :meth:`Host.cmd`).
+    """
     certs = write_certs(tmp) if tls else None
     tls_args = ["--tls-ca-file", certs["ca"], "--tls-cert", certs["cert"], "--tls-key", certs["key"]] if certs else []
     sched = net.hosts["sched"]
@@ -165,7 +175,7 @@ def start_cluster(net: Net, tmp: str, tls: bool, workers: tuple[str, ...] = ("w1
     for w in workers:
         net.start(w, sys.executable, "-m", "distributed.cli.dask_worker", address, "--host", net.hosts[w].ip,
                   "--nthreads", "1", "--nworkers", "1", "--dashboard-address", "127.0.0.1:0", "--resources", "CPU=1",
-                  *tls_args, env=env, log=os.path.join(tmp, f"worker-{w}.log"))
+                  *tls_args, env=env, log=os.path.join(tmp, f"worker-{w}.log"), private=private)
     return address, certs
 
 

@@ -142,3 +142,46 @@ def test_scheduler_through_a_port_forward(net, tmp_path):
     kind, body = _outcome(out)
     assert kind == "RESULT", body
     assert [t["error"] for t in body["trials"]] == [None] * 4
+
+
+def test_no_shared_filesystem_is_an_error_at_the_first_checkpoint(net, tmp_path):
+    """Workers whose storage_path is a disk of their own: the first checkpoint fails, naming path and host."""
+    storage = tmp_path / "results"
+    storage.mkdir()
+    address, certs = netns.start_cluster(net, str(tmp_path), tls=True, private=str(storage))
+    out = netns.run_tuner(net, "tuner_main.py", _opts(tmp_path, address, certs, mode="checkpoint"))
+    kind, body = _outcome(out)
+    assert kind == "RESULT", body
+    errors = [t["error"] for t in body["trials"] if t["error"]]
+    assert errors, body
+    assert "cannot see it" in errors[0] and str(storage) in errors[0] and "s3://" in errors[0]
+    assert "w1" in errors[0] or "w2" in errors[0]
+
+
+def test_a_lost_host_is_retried_on_the_other_from_its_checkpoint(net, tmp_path):
+    """Every process of worker host w2 is killed mid-trial: the trial resumes on w1 from its step-2 checkpoint."""
+    address, certs = netns.start_cluster(net, str(tmp_path), tls=True)
+    marker = tmp_path / "w2-at-step-3"
+    tuner = subprocess.Popen(net.hosts["tuner"].cmd(sys.executable, os.path.join(netns.ROOT, "tests", "multihost",
+                                                                                  "tuner_main.py"),
+                                                    _opts(tmp_path, address, certs, mode="hostloss",
+                                                          marker=str(marker))),
+                             env=netns.worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        netns.wait_for(lambda: marker.exists() or tuner.poll() is not None, 180, "a trial to reach step 3 on w2")
+        assert marker.exists(), tuner.communicate()[1][-3000:]
+        pids = net.hosts["w2"].run("ip", "netns", "pids", net.hosts["w2"].ns).stdout.split()
+        assert pids
+        for pid in pids:  # the host goes away: its nanny and worker alike
+            subprocess.run(["kill", "-9", pid], check=False)
+        stdout, stderr = tuner.communicate(timeout=240)
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+            tuner.wait(10)
+    kind, body = _outcome(subprocess.CompletedProcess([], tuner.returncode, stdout, stderr))
+    assert kind == "RESULT", body
+    trials = body["trials"]
+    assert [t["error"] for t in trials] == [None, None]
+    assert all(t["metrics"]["training_iteration"] == 5 and t["metrics"]["host"] == "w1" for t in trials)
+    assert sorted(t["metrics"]["start"] for t in trials) == [0, 2]  # the moved trial resumed from step 2

@@ -62,7 +62,7 @@ def main() -> None:
     from distributed import Client
     from distributed.security import Security
 
-    from tuneplat import RunConfig, ScalingConfig, TuneConfig, Tuner, grid_search
+    from tuneplat import FailureConfig, RunConfig, ScalingConfig, TuneConfig, Tuner, grid_search
 
     security = None
     if opts.get("certs"):
@@ -83,6 +83,14 @@ def main() -> None:
         if opts["mode"] == "ddp":
             grid = Tuner(mh_trainables.ddp, param_space={}, tune_config=TuneConfig(metric="loss", mode="min"),
                          run_config=rc, scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD")).fit()
+        elif opts["mode"] == "hostloss":
+            rc.failure_config = FailureConfig(max_failures=1)
+            grid = Tuner(mh_trainables.host_dies, param_space={"x": grid_search([0.0, 1.0]), "marker": opts["marker"]},
+                         tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc,
+                         scaling_config=ScalingConfig(num_workers=1)).fit()
+        elif opts["mode"] == "checkpoint":
+            grid = Tuner(mh_trainables.checkpointing, param_space={"x": grid_search([0.0, 1.0])},
+                         tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc).fit()
         else:
             grid = Tuner(getattr(mh_trainables, opts.get("fn", "sweep")), param_space={"x": grid_search([0.0, 1.0, 2.0, 3.0]),
                                                            "canary": opts.get("canary", "")},

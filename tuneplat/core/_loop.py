@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 import traceback
@@ -422,6 +423,12 @@ class TuneLoop:
         self.stopping = True
         self.interrupted = True  # what did not run stays restorable
         self.fail_fast_error = message
+        # a trial that ran and waits to be placed again (its worker or host was lost and not replaced): it
+        # failed, for this reason; not PENDING as if it had never started
+        for trial in [t for t in self.queue if t.num_failures > 0]:
+            self.queue.remove(trial)
+            trial.error = f"its worker was lost and it could not be placed again: {message}"
+            self._end_trial(trial, TrialStatus.ERROR)
 
     def _sync_files(self) -> None:
         journal = self.journal
@@ -548,8 +555,22 @@ class TuneLoop:
                 self._io_pool.submit(self.store.commit, trial.path, checkpoint_name(event.iteration)), event)
             self._held[trial.trial_id] = []
             return
-        self._record_step(event, self.store.commit(trial.path, checkpoint_name(event.iteration))
-                          if event.staged else None)
+        path = self.store.commit(trial.path, checkpoint_name(event.iteration)) if event.staged else None
+        if event.staged and path is None:  # the ranks staged it where they run; the tuner does not see it there
+            self._checkpoint_unseen(trial, event)
+            return
+        self._record_step(event, path)
+
+    def _checkpoint_unseen(self, trial: Trial, event: Reported) -> None:
+        """No filesystem shared by the tuner and the workers: fail now, never a silent ``checkpoint=None``."""
+        unseen = (f"rank 0 on host {event.result.get('hostname', '?')} saved checkpoint "
+                  f"{checkpoint_name(event.iteration)} under {trial.path}, but the tuner (on {socket.gethostname()}) "
+                  "cannot see it there: RunConfig(storage_path=...) must be a filesystem shared by the tuner "
+                  "and every Dask worker (NFS, a parallel filesystem), or object storage such as "
+                  "'s3://bucket/results' (docs/multi-host.md)")
+        self.executor.fail(trial.trial_id, unseen)
+        trial.no_retry = True  # every trial would lose its checkpoints the same way: end the experiment
+        self._fail_experiment(f"trial {trial.trial_id} failed: {unseen}")
 
     def _finish_commits(self) -> None:
         """Record the steps whose remote commit is done, then the events their trials sent meanwhile."""

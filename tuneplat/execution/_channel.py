@@ -73,6 +73,8 @@ MAX_PENDING = 64
 _EMFILE_PAUSE_S = 0.5
 
 _LEN = struct.Struct("!I")
+#: one TLS read returns at most one record (16 KiB of data): a larger buffer is only a larger allocation
+_TLS_READ = 1 << 16
 
 
 class AuthError(ConnectionError):
@@ -335,10 +337,10 @@ class Listener:
                 raise _Closed() from None
             conn.handshaken = True
         try:
-            data = sock.recv(1 << 20)
+            data = sock.recv(_TLS_READ if conn.tls else 1 << 20)
             if conn.tls:
                 while sock.pending():  # type: ignore[attr-defined]  # bytes decrypted but not read yet
-                    more = sock.recv(1 << 20)
+                    more = sock.recv(_TLS_READ)
                     if not more:
                         break
                     data += more

@@ -54,6 +54,38 @@ def _redact_tls(security: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ("<PEM>" if isinstance(v, str) and "\n" in v else v) for k, v in security.items()}
 
 
+def temporary_security() -> Any:
+    """TLS settings for the embedded cluster: a self-signed ECDSA P-256 certificate made now, held in memory only.
+
+    Like ``Security.temporary()`` (one certificate for every role, its own CA),
+    but with an elliptic-curve key: a TLS handshake then costs a fraction of an
+    RSA-2048 one, and every trial's connection to the tuner starts with one.
+    """
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    from distributed.security import Security
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tuneplat-embedded-cluster")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("tuneplat-embedded-cluster")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    return Security(require_encryption=True, tls_ca_file=cert_pem,
+                    tls_client_cert=cert_pem, tls_client_key=key_pem,
+                    tls_scheduler_cert=cert_pem, tls_scheduler_key=key_pem,
+                    tls_worker_cert=cert_pem, tls_worker_key=key_pem)
+
+
 def _local_tls() -> bool:
     """The embedded cluster uses TLS (temporary certificates) unless ``TUNEPLAT_LOCAL_TLS=0``."""
     raw = (env_str("TUNEPLAT_LOCAL_TLS") or "1").lower()
@@ -127,9 +159,7 @@ class Cluster:
             per = int(cpus_per_rank) if float(cpus_per_rank).is_integer() and 1 < cpus_per_rank <= cores else 1
             self.local_gpus = _local_gpu_count() if asked.num_gpus is None else asked.num_gpus
             if security is None and _local_tls():
-                from distributed.security import Security
-
-                security = Security.temporary()  # in memory; every process of the cluster gets it from us
+                security = temporary_security()  # in memory; every process of the cluster gets it from us
             # its workers never run the user's __main__ script (Ray's workers don't): see tuneplat/_mainguard.py
             self._no_main = contextlib.ExitStack()  # (a failed start leaves it held: harmless)
             self._no_main.enter_context(embedded_workers())
@@ -147,19 +177,74 @@ class Cluster:
     def wait_for_workers(self) -> None:
         """Wait (bounded) until the cluster has the workers it is meant to have.
 
-        A LocalCluster (ours or the user's) says how many workers it runs; any
-        other cluster must have at least one (adaptive clusters start at zero).
-        A worker being restarted by its nanny is waited for, so that a trial
-        is not refused as impossible while the cluster is only catching up.
+        A LocalCluster (ours or the user's) says how many workers it runs: a
+        worker being restarted by its nanny is waited for, so that a trial is
+        not refused as impossible while the cluster is only catching up. Other
+        clusters (and adaptive ones, which start at zero) are waited for by
+        :meth:`wait_to_fit`, which also asks for the workers a trial needs.
         """
         spec = getattr(getattr(self.client, "cluster", None), "worker_spec", None)
-        expected = max(1, len(spec)) if spec else 1
+        if not spec:
+            return
+        expected = len(spec)
         timeout = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)
         try:
             self.client.wait_for_workers(expected, timeout=timeout)
         except TimeoutError:
             logger.warning("tuneplat: the cluster has fewer than %d worker(s) after %.0fs; going on with what is there",
                            expected, timeout)
+
+    @property
+    def may_grow(self) -> bool:
+        """Whether workers may still join: not for the embedded cluster, nor for a fixed-size cluster object whose
+        workers are all up; yes for an adaptive one, and for a scheduler known only by its address."""
+        if self.local_cluster is not None:
+            return False
+        cluster = getattr(self.client, "cluster", None)
+        if cluster is None:
+            return True
+        if getattr(cluster, "_adaptive", None) is not None:
+            return True
+        spec = getattr(cluster, "worker_spec", None)
+        if spec is None:
+            return True
+        return len(spec) > len(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+
+    def wait_to_fit(self, fits: Callable[[], bool], request: Mapping[str, float], n: int, say: Any,
+                    timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until ``fits()``: workers still joining, an adaptive cluster at zero.
+
+        Meanwhile one short task per rank, asking for the rank's resources, is
+        kept queued, so that Dask's adaptive scaling (``cluster.adapt(minimum=0,
+        ...)``, dask-jobqueue, dask-kubernetes) sees the demand and starts
+        workers. Returns whether the group fits now.
+        """
+        import time
+
+        need = ", ".join(f"{k}={v:g}" for k, v in request.items())
+        if say is not None:
+            say(f"tuneplat: waiting up to {timeout:.0f}s for {n} worker(s) with {{{need}}} to join the cluster "
+                "(TUNEPLAT_WORKER_WAIT_S sets this limit)")
+        deadline = time.monotonic() + timeout
+        resources = {k: v for k, v in request.items() if v > 0}
+        futures: list[Any] = []
+        try:
+            while not fits():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                futures = [f for f in futures if not f.done()]
+                while len(futures) < n:  # demand an adaptive cluster can see (the tasks only wait briefly)
+                    futures.append(self.client.submit(_demand, 0.5, resources=resources or None, pure=False,
+                                                      key=f"tuneplat-demand-{len(futures)}-{time.monotonic_ns()}"))
+                try:
+                    futures[0].result(timeout=min(0.5, left))  # (a demand task ends in 0.5 s once it runs)
+                except Exception:  # noqa: BLE001 - a timeout, a worker that left: look again
+                    pass
+        finally:
+            for f in futures:
+                f.cancel()
+        return True
 
     @property
     def dashboard_link(self) -> str | None:
@@ -287,6 +372,13 @@ class Cluster:
             if self.local_cluster is not None:
                 self.local_cluster.close()
                 self._no_main.close()
+
+
+def _demand(seconds: float) -> None:
+    """A placeholder task standing for a rank that waits to be placed (see :meth:`Cluster.wait_to_fit`)."""
+    import time
+
+    time.sleep(seconds)
 
 
 def _source_address(target: tuple[str, int]) -> str | None:

@@ -35,7 +35,7 @@ from schedulers import Decision
 from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
-from ._cluster import Assignment, Cluster, Ledger
+from ._cluster import Assignment, Cluster, Ledger, PlacementError
 from ._executor import (
     Ended,
     Event,
@@ -176,7 +176,23 @@ class DaskTrialExecutor(TrialExecutor):
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.cluster.wait_for_workers()
         self._refresh_ledger()
-        self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+        try:
+            self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+        except PlacementError:
+            if not self.cluster.may_grow:
+                raise  # the embedded cluster, or a fixed-size one whose workers are all there
+            # workers may still be joining (queued jobs, an adaptive cluster at zero): wait, asking for them
+
+            def fits() -> bool:
+                self._refresh_ledger()
+                try:
+                    self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+                except PlacementError:
+                    return False
+                return True
+
+            self.cluster.wait_to_fit(fits, ctx.request, ctx.world_size, ctx.say, self.starve_timeout_s)
+            self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
         host = self.cluster.tuner_host(self._tuner_host)
         self.channel_tls = self.cluster.tls
         self._listener = Listener(self._selector, host, self._tuner_ports, self.cluster.channel_server_context(),

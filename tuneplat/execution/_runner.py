@@ -289,6 +289,10 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
 CONNECT_TIMEOUT_S = env_seconds("TUNEPLAT_CONNECT_TIMEOUT_S", 10)
 
 
+#: the TLS context made from a worker's Security (one per worker process: making one costs milliseconds)
+_CONTEXTS: dict[int, tuple[Any, Any]] = {}
+
+
 def channel_client_context(tls: bool, worker: Any = None) -> Any:
     """The TLS context a rank connects with: its Dask worker's own certificates (None for plain TCP)."""
     if not tls:
@@ -299,7 +303,13 @@ def channel_client_context(tls: bool, worker: Any = None) -> Any:
         security = (worker or get_worker()).security
     except ValueError:
         security = None
+    cached = _CONTEXTS.get(id(security))
+    if cached is not None and cached[0] is security:
+        return cached[1]
     ctx = security.get_connection_args("worker").get("ssl_context") if security is not None else None
+    if ctx is not None:
+        _CONTEXTS.clear()
+        _CONTEXTS[id(security)] = (security, ctx)
     if ctx is None:
         raise RuntimeError("the tuner's result port uses TLS (the cluster's scheduler is tls://) but this Dask "
                            "worker has no TLS certificate: start it with the cluster's --tls-ca-file, --tls-cert "
