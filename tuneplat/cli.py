@@ -609,7 +609,7 @@ def _status_storage(storage_path: str, experiments: list[str], as_json: bool) ->
     """``tuneplat status <storage_path>``: one line per experiment."""
     import datetime
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for exp in experiments:
         try:
             grid, meta = _load_grid(exp)
@@ -641,11 +641,11 @@ def _status_storage(storage_path: str, experiments: list[str], as_json: bool) ->
     table = []
     for r in rows:
         counts_text = ", ".join(f"{n} {s}" for s, n in r["counts"].items())
-        best = f"{r['metric']}={_fmt(r['best']['value'])} ({r['best']['trial_id']})" if r["best"] else "-"
-        table.append([r["name"], r["status"], f"{r['trials']}" + (f" ({counts_text})" if counts_text else ""), best,
+        best_text = f"{r['metric']}={_fmt(r['best']['value'])} ({r['best']['trial_id']})" if r["best"] else "-"
+        table.append([r["name"], r["status"], f"{r['trials']}" + (f" ({counts_text})" if counts_text else ""), best_text,
                       (r["last_change"] or "-").replace("T", " ")])
     _out(_table(["experiment", "status", "trials", "best", "last change"], table))
-    _out(f"details: tuneplat status {os.path.join(storage_path, rows[0]['name'] if rows else 'NAME')}")
+    _out(f"details: tuneplat status {rows[0]['path'] if rows else os.path.join(storage_path, 'NAME')}")
     return EXIT_OK
 
 
