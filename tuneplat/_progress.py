@@ -321,7 +321,9 @@ class ProgressReporter:
         rows = []
         for t in shown:
             flat = flatten_dict(t.config)
-            row = [t.trial_id, str(t.status), str(t.iteration)]
+            # a trial_name_creator's name (Ray shows names); the default name is the trainable's + the id
+            custom = t.name != f"{t.trainable_name}_{t.trial_id}" and t.name != t.trial_id
+            row = [t.name if custom else t.trial_id, str(t.status), str(t.iteration)]
             if self.metric:
                 row.append(_fmt(t.last_result.get(self.metric, "")))
             row += [_fmt(flat.get(k, "")) for k in keys]

@@ -12,8 +12,8 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_WORKER_WAIT_S`` | 60 | nothing runs and nothing can be placed this long: the experiment ends (restorable) |
 | ``TUNEPLAT_STOP_GRACE_S`` | 5 | after the time budget or fail-fast asked trials to stop, a trial that does not report is aborted |
 | ``TUNEPLAT_SYNC_PERIOD_S`` | 10 | remote storage: how often the experiment's small files are uploaded |
-| ``TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S`` | 120 | how long ``fit()`` waits at its end for MLflow logging to finish |
-| ``TUNEPLAT_RUNNER_IDLE_S`` | 2 | how long a chained-trial runner waits for its next trial |
+| ``TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S`` | 30 | how long ``fit()`` waits at its end for MLflow logging to finish |
+| ``TUNEPLAT_RUNNER_IDLE_S`` | 60 | how long a chained-trial runner waits for its next trial |
 | ``TUNEPLAT_TUNER_HOST`` | (chosen) | the address ranks use to reach the tuner |
 | ``TUNEPLAT_CACHE_DIR`` | ``~/.cache/tuneplat`` | the local cache of experiments on remote storage |
 """

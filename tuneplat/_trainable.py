@@ -341,6 +341,8 @@ class TrainableFunction:
             trainable.restore(session.checkpoint)
             # training_iteration counts the trial's own reports (a PBT clone's metadata has the source's)
             trainable._iteration = session.iteration
+        from .train._session import StopTrial
+
         while True:
             result = trainable.train()
             if self._wants_checkpoint(trainable, result):
@@ -351,9 +353,27 @@ class TrainableFunction:
                 finally:
                     shutil.rmtree(folder, ignore_errors=True)
             else:
-                session.report(result)
+                try:
+                    session.report(result)
+                except StopTrial:
+                    self._save_if_asked(trainable, session)  # the last step, marked by a callback: keep it
+                    raise
+                self._save_if_asked(trainable, session)
             if result.get("done"):
                 return
+
+    @staticmethod
+    def _save_if_asked(trainable: Trainable, session: Any) -> None:
+        """The tuner's answer asked for a checkpoint of this step (a callback set ``should_checkpoint``, as in
+        Ray's custom_checkpointing_with_callback example): save it now, after the report."""
+        if not session.save_requested:
+            return
+        folder = tempfile.mkdtemp(prefix="tuneplat_trainable_")
+        try:
+            trainable.save(folder)
+            session.save_late(folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def __repr__(self) -> str:
         return f"TrainableFunction({self.__qualname__})"

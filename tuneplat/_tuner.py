@@ -107,7 +107,7 @@ class Tuner:
                  tune_config: TuneConfig | None = None, run_config: RunConfig | None = None,
                  scaling_config: ScalingConfig | None = None, client: Any = None,
                  executor: TrialExecutor | None = None, _resume: tuple[Any, ...] | None = None) -> None:
-        from .train._trainer import TorchTrainer, _with_loop_config
+        from .train._trainer import DataParallelTrainer, _with_loop_config
 
         if trainable is None:
             raise TypeError("Tuner needs a trainable: a function fn(config) that calls tuneplat.report(...).")
@@ -115,7 +115,13 @@ class Tuner:
         self.run_config = run_config or RunConfig()
         self.param_space = dict(param_space or {})
         self.scaling_config = scaling_config
-        if isinstance(trainable, TorchTrainer):
+        if isinstance(self.param_space.get("scaling_config"), ScalingConfig):
+            # Ray Train's Tuner guide: param_space={"scaling_config": ScalingConfig(...), "train_loop_config": ...}
+            self.scaling_config = scaling_config = self.param_space.pop("scaling_config")
+        elif "scaling_config" in self.param_space and isinstance(trainable, DataParallelTrainer):
+            raise TypeError(f"param_space['scaling_config'] is {self.param_space['scaling_config']!r}; it must be "
+                            "a ScalingConfig(...) (the same for every trial).")
+        if isinstance(trainable, DataParallelTrainer):
             self.scaling_config = scaling_config or trainable.scaling_config
             base = dict(trainable.train_loop_config or {})
             loop_space = self.param_space.get("train_loop_config", {})
@@ -145,6 +151,9 @@ class Tuner:
             raise TypeError(f"tune_config must be a tuneplat.TuneConfig, got {type(self.tune_config).__name__}")
         if not isinstance(self.run_config, RunConfig):
             raise TypeError(f"run_config must be a tuneplat.RunConfig, got {type(self.run_config).__name__}")
+        from .air.integrations.mlflow import mirror_config
+
+        self.run_config = mirror_config(self.run_config)  # an MLflowLoggerCallback aims the built-in MLflow mirror
         validate_space(self.param_space)
         adapt_callbacks(self.run_config.callbacks)  # refuse a wrong callback now, not at fit()
         fn = for_run(fn, self.tune_config, self.run_config)  # a Trainable class: its checkpoint policy
@@ -182,6 +191,7 @@ class Tuner:
             self.experiment_dir = os.path.join(root, name)
             self._remote_dir = storage.remote_experiment(name)
         self._results: ResultGrid | None = None
+        self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
 
     def fit(self) -> ResultGrid:
         """Run the experiment to the end; returns every trial's :class:`Result`.
@@ -191,15 +201,22 @@ class Tuner:
         the experiment can be continued with :meth:`Tuner.restore`.
         """
         from ._mainguard import check_main_guard
+        from .air.integrations.mlflow import target_callbacks
+        from .logger import default_file_loggers
         from .tracking import make_callbacks
 
         executor = self._executor
         if executor is None:
-            check_main_guard(self.client, self.run_config.address)  # before any worker process imports the script
-            executor = DaskTrialExecutor(self.client, self.run_config.address)
+            check_main_guard(self.client, self.run_config.address, self._caller)  # a process spawned by the user
+            rc = self.run_config
+            executor = DaskTrialExecutor(self.client, rc.address, security=rc.security, tuner_host=rc.tuner_host,
+                                         tuner_port=rc.tuner_port)
         with ExperimentLock(self.experiment_dir):  # refuse a second Tuner on this experiment before touching it
-            callbacks = (make_callbacks(self.run_config, self.experiment_name)
-                         + adapt_callbacks(self.run_config.callbacks))
+            callbacks = make_callbacks(self.run_config, self.experiment_name)
+            if callbacks:  # the MLflow mirror: where it logs, for setup_mlflow() in the trials
+                callbacks += target_callbacks(self.run_config)
+            # Ray's per-trial progress.csv and TensorBoard files, then the user's callbacks
+            callbacks += default_file_loggers(self.run_config.callbacks) + adapt_callbacks(self.run_config.callbacks)
             syncer = None
             if self._remote_dir is not None:
                 store: CheckpointStore = FsspecCheckpointStore(self._storage_fs, self._remote_dir)
@@ -258,7 +275,7 @@ class Tuner:
         if self._results is None:
             from ._restore import load_trials
 
-            trials, meta = load_trials(self.experiment_dir, self._storage_fs)
+            trials, meta = load_trials(self.experiment_dir, self._storage_fs, trusted=True)  # our own, or restored
             self._results = result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
                                          self._storage_fs, self._remote_dir)
         return self._results

@@ -37,6 +37,7 @@ examples:
   tuneplat resume ./tuneplat_results/digits-asha
   tuneplat status ./tuneplat_results/digits-asha --json
   tuneplat best ./tuneplat_results/digits-asha
+  tuneplat plot ./tuneplat_results/digits-asha               # PNG plots into <experiment>/plots
 
 Sweep files (YAML or TOML, or a Weights & Biases sweep file) are described in
 docs/sweep-files.md.
@@ -102,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--address", help="Dask scheduler to run on, e.g. tcp://10.0.0.5:8786 (default: an embedded LocalCluster)"
     )
+    cluster_options(run)
     run.add_argument("--storage-path", help="folder holding experiments (run.storage_path)")
     run.add_argument("--name", help="experiment name (the folder under the storage path)")
     run.add_argument("--dry-run", action="store_true", help="validate and print the first configs; run nothing")
@@ -121,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("experiment_dir")
     res.add_argument("--trainable", metavar="MODULE:FUNCTION", help="the function to run (default: from sweep.yaml)")
     res.add_argument("--address", help="Dask scheduler to run on (default: as when started, else embedded)")
+    cluster_options(res)
     res.add_argument("--resume-errored", action="store_true", help="retry ERROR trials from their latest checkpoint")
     res.add_argument("--restart-errored", action="store_true", help="rerun ERROR trials from scratch")
     common_output(res)
@@ -173,7 +176,35 @@ def _parser() -> argparse.ArgumentParser:
                      help="a scheduler setting, e.g. --set grace_period=2 (repeatable; values read as YAML)")
     sim.add_argument("--slots", type=int, help="trials at once (default: as many as the recorded run had)")
     sim.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_plot_parser(sub)
     return parser
+
+
+def _add_plot_parser(sub: Any) -> None:
+    from .plot import KINDS
+
+    p = sub.add_parser(
+        "plot",
+        help="draw an experiment's plots as PNG files",
+        description="Draw the plots of an experiment folder (read from its journal) as PNG files and print their "
+        "paths: learning curves with the scheduler's stop/pause/clone points, optimization history, parameter "
+        "importances, parallel coordinates, intermediate values, PBT lineage, the decisions timeline and the "
+        "Pareto front. Without --kind, every plot that applies to the experiment is drawn.",
+        epilog="examples:\n  tuneplat plot ./tuneplat_results/digits-asha\n"
+        "  tuneplat plot ./tuneplat_results/digits-asha --kind curves --kind importance --out /tmp/plots\n"
+        "  tuneplat plot ./exp --metric val_accuracy --mode max\n"
+        "kinds: " + ", ".join(KINDS) + " (or curves, history, importance, parallel, intermediate, lineage, "
+        "timeline, pareto)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("experiment_dir", help="the experiment folder, <storage_path>/<name> (local or a remote URL)")
+    p.add_argument("--kind", dest="kinds", action="append", metavar="KIND",
+                   help="a plot to draw (repeatable, or comma-separated; default: every plot that applies)")
+    p.add_argument("--metric", help="metric to draw (default: the experiment's)")
+    p.add_argument("--mode", choices=("min", "max"), help="min or max (default: the experiment's)")
+    p.add_argument("--out", metavar="DIR", help="folder for the PNG files (default: <experiment>/plots)")
+    p.add_argument("--dpi", type=int, default=110, help="resolution of the PNG files (default 110)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (files and skipped kinds)")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -254,6 +285,28 @@ def _load(path: str, overrides: list[str]) -> Any:
         raise _Fail(str(exc)) from None
 
 
+def cluster_options(parser: argparse.ArgumentParser) -> None:
+    """TLS files and the tuner's address: what a multi-host cluster needs (docs/multi-host.md)."""
+    parser.add_argument("--tls-ca-file", metavar="FILE", help="the TLS cluster's CA certificate (run.tls.ca_file)")
+    parser.add_argument("--tls-cert", metavar="FILE", help="this client's certificate (run.tls.cert)")
+    parser.add_argument("--tls-key", metavar="FILE", help="this client's private key (run.tls.key)")
+    parser.add_argument("--tuner-host", metavar="HOST", help="the address workers reach the tuner at (run.tuner_host)")
+    parser.add_argument("--tuner-port", metavar="PORT[-LAST]",
+                        help="the tuner's result port or range, e.g. 8790-8799 (run.tuner_port)")
+
+
+def _cluster_overrides(args: argparse.Namespace) -> list[str]:
+    out = []
+    for opt, key in (("tls_ca_file", "run.tls.ca_file"), ("tls_cert", "run.tls.cert"), ("tls_key", "run.tls.key"),
+                     ("tuner_host", "run.tuner_host")):
+        if getattr(args, opt, None):
+            out.append(f"{key}={json.dumps(getattr(args, opt))}")
+    port = getattr(args, "tuner_port", None)
+    if port:
+        out.append(f"run.tuner_port={json.dumps(int(port) if port.isdigit() else port)}")
+    return out
+
+
 def _cli_overrides(args: argparse.Namespace) -> list[str]:
     """Command-line options are --set overrides in disguise (same validation, one code path)."""
     out = list(args.overrides)
@@ -263,6 +316,7 @@ def _cli_overrides(args: argparse.Namespace) -> list[str]:
         out.append(f"run.storage_path={json.dumps(args.storage_path)}")
     if args.address:
         out.append(f"run.address={json.dumps(args.address)}")
+    out += _cluster_overrides(args)
     if args.verbose:
         out.append("run.verbose=2")
     if args.quiet:
@@ -489,6 +543,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     overrides = []
     if args.address:
         overrides.append(f"run.address={json.dumps(args.address)}")
+    overrides += _cluster_overrides(args)
     if args.verbose:
         overrides.append("run.verbose=2")
     if args.quiet:
@@ -872,6 +927,30 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .plot import PlotError, load_experiment, save_plots
+
+    path, _fs, url = _fetch_remote(args.experiment_dir)
+    try:
+        exp = load_experiment(path)
+        exp.path = url or args.experiment_dir
+        kinds = [k for item in args.kinds for k in item.split(",") if k.strip()] if args.kinds else None
+        out = args.out or os.path.join(path, "plots")
+        saved = save_plots(exp, out, kinds, metric=args.metric, mode=args.mode, dpi=args.dpi)
+    except PlotError as exc:
+        raise _Fail(str(exc).splitlines()[0]) from None
+    except OSError as exc:
+        raise _Fail(f"--out {args.out or '(default)'}: cannot write the plots: {exc}") from None
+    if args.json:
+        print(json.dumps({"files": saved.files, "skipped": saved.skipped}, indent=2))
+        return EXIT_OK
+    for path_ in saved.files.values():
+        _out(path_)
+    for kind, why in saved.skipped.items():
+        print(f"tuneplat: {kind} not drawn: {why}", file=sys.stderr)
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tuneplat`` console script; returns the exit status.
 
@@ -886,7 +965,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     _setup_logging(getattr(args, "verbose", False))
     handler = {"run": _cmd_run, "resume": _cmd_resume, "status": _cmd_status, "best": _cmd_best,
-               "simulate": _cmd_simulate}[args.command]
+               "simulate": _cmd_simulate, "plot": _cmd_plot}[args.command]
     try:
         return handler(args)
     except _Fail as exc:

@@ -24,6 +24,7 @@ import os
 import pickle
 import queue
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -36,6 +37,8 @@ from typing import Any
 
 from .._callbacks import Callback
 from .._config import MLflowConfig
+from .._redact import redact
+from .._settings import env_seconds
 
 __all__ = ["MLflowCallback", "default_tracking_uri", "experiment_tags"]
 
@@ -45,7 +48,7 @@ logger = logging.getLogger("tuneplat")
 
 def _flush_timeout() -> float:
     """Seconds the end-of-experiment flush waits without any progress before giving up."""
-    return float(os.environ.get("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", "30"))
+    return env_seconds("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", 30)
 
 #: extra seconds the tuner waits for an uploader stuck in one request (2 retries x 20 s timeout + backoff)
 STUCK_GRACE_S = 90.0
@@ -221,6 +224,7 @@ class _Uploader:
         self.closing = False
         self.closed_at = 0.0
         self._client: Any = None
+        self._plots_drawn: dict[tuple[str, str], str] = {}  # drawn, not yet logged: retried as they are
 
     # ---------------------------------------------------------------- thread
     def run(self) -> None:
@@ -346,7 +350,8 @@ class _Uploader:
             msg = f"{type(exc).__name__}: {exc}"
             if msg != self.last_error:
                 logger.warning("tuneplat: MLflow at %s is not reachable (%s); training goes on, logging is "
-                               "retried in the background", self.tracking_uri, msg.splitlines()[0][:300])
+                               "retried in the background", redact(self.tracking_uri),
+                               redact(msg.splitlines()[0][:300]))
             self.last_error = msg
             return False
 
@@ -359,7 +364,7 @@ class _Uploader:
 
     def _drop(self, what: str, exc: BaseException) -> None:
         msg = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-        logger.warning("tuneplat: MLflow rejected %s", msg)
+        logger.warning("tuneplat: MLflow rejected %s", redact(msg))
         self.dropped.append(msg)
 
     def _ensure_experiment(self, client: Any) -> str:
@@ -406,7 +411,7 @@ class _Uploader:
                 if getattr(exc, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
                     raise
                 logger.warning("tuneplat: MLflow run %s of %s is gone from %s; starting a new run",
-                               st.resume_id, st.name, self.tracking_uri)
+                               st.resume_id, st.name, redact(self.tracking_uri))
                 run = None
             if run is not None:
                 st.run_id = run.info.run_id
@@ -489,7 +494,9 @@ class _Uploader:
         while st.artifacts:
             kind, payload, path = st.artifacts[0]
             try:
-                if kind == "dir" and not isinstance(payload, str):  # a checkpoint on remote storage
+                if kind == "plots":
+                    self._log_plots(client, rid, payload, path)
+                elif kind == "dir" and not isinstance(payload, str):  # a checkpoint on remote storage
                     with payload.as_directory() as local:
                         client.log_artifacts(rid, local, artifact_path=path)
                 elif kind == "dir":
@@ -516,6 +523,37 @@ class _Uploader:
             client.set_terminated(rid, st.end, end_time=st.end_time)
             st.ended = True
             self._progress()
+
+    def _log_plots(self, client: Any, rid: str, spec: dict[str, Any], path: str) -> None:
+        """Draw the experiment's plots from its journal (here, off the tuner's process) and log them."""
+        import tempfile
+
+        key = (rid, path)
+        folder = self._plots_drawn.get(key)
+        if folder is None:
+            from ..plot import PlotError, save_plots
+
+            folder = tempfile.mkdtemp(prefix="tuneplat-plots-")
+            try:
+                saved = save_plots(spec["experiment_dir"], folder, metric=spec.get("metric"), mode=spec.get("mode"))
+            except PlotError:  # nothing to draw (no results): nothing to log
+                shutil.rmtree(folder, ignore_errors=True)
+                return
+            except Exception as exc:  # noqa: BLE001 - a plot that cannot be drawn must not lose the rest
+                shutil.rmtree(folder, ignore_errors=True)
+                self.dropped.append(f"plots of the experiment (could not be drawn: {type(exc).__name__}: {exc})")
+                return
+            if not saved.files:
+                shutil.rmtree(folder, ignore_errors=True)
+                return
+            self._plots_drawn[key] = folder
+        try:
+            client.log_artifacts(rid, folder, artifact_path=path)
+        except Exception as exc:
+            if not self._permanent(exc):
+                raise  # retried with the same files
+        self._plots_drawn.pop(key, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
     def _log_tags(self, client: Any, st: _RunState) -> None:
         from mlflow.entities import RunTag
@@ -694,6 +732,8 @@ def _child_main() -> None:
 
     event.listen(Engine, "connect", _tune_sqlite)
     send(("ready",))
+    # what drawing the plots at the end needs (~1-2 s of imports), loaded while the experiment runs
+    threading.Thread(target=_preimport_plots, name="tuneplat-plots-import", daemon=True).start()
     while True:
         item = inbox.get()
         if item[0] == "exit":
@@ -707,6 +747,17 @@ def _child_main() -> None:
         up.run()
         if up.exiting:
             return
+
+
+def _preimport_plots() -> None:
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import optuna.importance  # noqa: F401
+        import sklearn.ensemble  # noqa: F401
+
+        from ..plot import _plots  # noqa: F401
+    except Exception:  # noqa: BLE001 - only a head start: drawing imports them again and reports errors
+        pass
 
 
 def _uploader_env() -> dict[str, str]:
@@ -1240,6 +1291,11 @@ class MLflowCallback(Callback):
                 else:
                     self._put("artifact", best.trial_id, ("dir", _artifact_source(best.checkpoint), "model"))
                     self._put("register", best.trial_id, name)
+        if self.config.log_plots and ctrl.journal is not None and any(t.results for t in ctrl.trials):
+            # the uploader process draws them from the journal: make everything so far readable there
+            ctrl.journal.sync(force=True)
+            self._put("artifact", PARENT, ("plots", {"experiment_dir": ctrl.experiment_dir, "metric": None,
+                                                     "mode": None}, "plots"))
         self._put("end", PARENT, {"finished": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED"),
                   int(time.time() * 1000))
         up.close(_flush_timeout())
@@ -1260,31 +1316,33 @@ class MLflowCallback(Callback):
 
     def _report_backlog(self, ctrl: Any, up: _Session) -> None:
         if up.report is not None:
-            report = {"tracking_uri": self.tracking_uri, **up.report}
+            report = {**up.report, "tracking_uri": redact(self.tracking_uri)}
         else:  # the uploader died or hung: we cannot know exactly what it had sent
-            report = {"tracking_uri": self.tracking_uri, "not_logged": {}, "runs": [], "rejected": [],
+            report = {"tracking_uri": redact(self.tracking_uri), "not_logged": {}, "runs": [], "rejected": [],
                       "last_error": up.broken, "unconfirmed": True}
+        report["last_error"] = redact(report["last_error"]) if report.get("last_error") else report.get("last_error")
+        report["rejected"] = [redact(r) for r in report.get("rejected") or []]
         left = report["not_logged"]
         self.unlogged = dict(left)
         if not left and not report["rejected"] and not report.get("unconfirmed"):
             return
         path = os.path.join(ctrl.experiment_dir, "mlflow_unlogged.json")
         try:
-            with open(path, "w", encoding="utf-8") as f:
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
                 json.dump(report, f, indent=2)
         except OSError:
             path = "(could not write the report file)"
         if report.get("unconfirmed"):
             self.unlogged = {"unconfirmed": 1}
             logger.warning("tuneplat: the MLflow uploader stopped before confirming that everything reached %s (%s); "
-                           "the experiment's results are complete in %s.", self.tracking_uri,
+                           "the experiment's results are complete in %s.", redact(self.tracking_uri),
                            (report["last_error"] or "no reason given").splitlines()[0][:300], ctrl.experiment_dir)
         elif left:
             n_runs = len(report["runs"])
             last_error = report["last_error"]
             logger.warning(
-                "tuneplat: MLflow at %s: not logged %s for %d run%s%s. The experiment's results are complete in %s; "
-                "details in %s.", self.tracking_uri,
+                "tuneplat: MLflow at %s did not take everything: not logged %s for %d run%s%s. The experiment's "
+                "results are complete in %s; details in %s.", redact(self.tracking_uri),
                 ", ".join(f"{left[k]} {k}" for k in sorted(left, key=lambda k: (_KIND_ORDER.get(k, 99), k))), n_runs,
                 "" if n_runs == 1 else "s", f" (last error: {last_error.splitlines()[0][:300]})" if last_error else "",
                 ctrl.experiment_dir, path)
