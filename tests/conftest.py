@@ -28,7 +28,7 @@ SESSION_TMP = tempfile.mkdtemp(prefix="tuneplat-tests-", dir=_SYSTEM_TMP)
 os.environ["TMPDIR"] = SESSION_TMP
 tempfile.tempdir = SESSION_TMP
 #: left on purpose by libraries, not by tests: pytest's tmp_path root, Dask's scratch root, compiler caches
-_KEPT_IN_TMP = ("pytest-of-", "dask-scratch-space", "torchinductor_")
+_KEPT_IN_TMP = ("pytest-of-", "dask-scratch-space", "torchinductor_", "matplotlib-")
 #: build and tool outputs in the checkout that are not litter
 _SKIPPED_IN_CHECKOUT = {".git", ".venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints"}
 

@@ -700,7 +700,7 @@ def _status_storage(storage_path: str, experiments: list[str], as_json: bool) ->
         table.append([r["name"], r["status"], f"{r['trials']}" + (f" ({counts_text})" if counts_text else ""), best_text,
                       (r["last_change"] or "-").replace("T", " ")])
     _out(_table(["experiment", "status", "trials", "best", "last change"], table))
-    _out(f"details: tuneplat status {os.path.join(storage_path, rows[0]['name'] if rows else 'NAME')}")
+    _out(f"details: tuneplat status {rows[0]['path'] if rows else os.path.join(storage_path, 'NAME')}")
     return EXIT_OK
 
 

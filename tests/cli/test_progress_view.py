@@ -95,3 +95,25 @@ def test_summary_says_where_to_look_next():
     rep.finish(TRIALS, "finished")
     assert "open http://mlflow.example:5000/#/experiments/3/runs?" in out.getvalue()
     assert "mlflow ui" not in out.getvalue()  # a server: nothing to start
+
+
+def test_the_embedded_clusters_dashboard_link_works_and_its_workers_ignore_ctrl_c():
+    """The link printed at start serves Dask's dashboard (bokeh is a dependency), on 127.0.0.1; the worker
+    processes ignore SIGINT (the tuner ends them), through the embedded cluster's worker preload."""
+    import signal
+    import urllib.request
+    from urllib.parse import urlparse
+
+    from tuneplat.execution._cluster import Cluster
+
+    cluster = Cluster()
+    try:
+        link = cluster.dashboard_link
+        assert urlparse(link).hostname == "127.0.0.1"
+        with urllib.request.urlopen(link, timeout=60) as page:
+            body = page.read().decode("utf-8", "replace")
+        assert page.status == 200 and "bokeh" in body.lower() and "requires bokeh" not in body.lower()
+        handlers = cluster.client.run(lambda: signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+        assert handlers and all(handlers.values())
+    finally:
+        cluster.close()

@@ -62,7 +62,7 @@ def _distinct_colours(png: bytes) -> int:
 @pytest.mark.browser
 def test_mlflow_ui_opens_the_sweep_right(chromium, dask_client, storage, tmp_path, monkeypatch):
     """Classic view, the saved view's metric and parameter columns, a re-run's numbered parent run, a trial's
-    checkpoint artifacts, and the parent's best values as tags: each checked in the page Chromium renders."""
+    checkpoint artifacts, the parent's best values as tags and its plots: each checked in the page Chromium renders."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
     def fit():
@@ -117,9 +117,18 @@ def test_mlflow_ui_opens_the_sweep_right(chromium, dask_client, storage, tmp_pat
         dom = _chromium(chromium, tmp_path, f"{base}/runs/{parent.info.run_id}?workflowType=machine_learning",
                         "--dump-dom").stdout
         assert "tuneplat.best.loss" in dom
+
+        # the parent run's plots (logged at the end of the sweep): listed, and one drawn in the artifact viewer
+        plots = [a.path for a in client.list_artifacts(parent.info.run_id, "plots") if a.path.endswith(".png")]
+        assert plots, "no plots logged on the parent run"
+        page = f"{base}/runs/{parent.info.run_id}/artifacts/{plots[0]}?workflowType=machine_learning"
+        dom = _chromium(chromium, tmp_path, page, "--dump-dom").stdout
+        assert os.path.basename(plots[0]) in dom and "<img" in dom
+        assert _distinct_colours(_screenshot(chromium, tmp_path, page, "parent-plot.png")) > 50
         if os.environ.get("TUNEPLAT_UI_SCREENSHOT"):  # refresh the docs' screenshots
             shutil.copyfile(tmp_path / "runs.png", os.environ["TUNEPLAT_UI_SCREENSHOT"])
-            shutil.copyfile(tmp_path / "trial.png",
-                            os.path.splitext(os.environ["TUNEPLAT_UI_SCREENSHOT"])[0] + "-trial.png")
+            stem = os.path.splitext(os.environ["TUNEPLAT_UI_SCREENSHOT"])[0]
+            shutil.copyfile(tmp_path / "trial.png", stem + "-trial.png")
+            shutil.copyfile(tmp_path / "parent-plot.png", stem + "-plots.png")
     finally:
         stop_group(server)
