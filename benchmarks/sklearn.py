@@ -118,7 +118,7 @@ def early_workload(storage: str, quick: bool) -> dict:
     X = StandardScaler().fit_transform(X)
     space = {"alpha": loguniform(1e-7, 1e0), "penalty": ["l2", "l1", "elasticnet"], "loss": ["hinge", "log_loss",
                                                                                           "modified_huber"]}
-    n, iters = (12, 9) if quick else (24, 27)
+    n, iters = (8, 9) if quick else (16, 9)
     common = {"n_trials": n, "cv": 3, "random_state": 0, "max_iters": iters, "storage_path": storage,
               "mlflow": False}
     est = SGDClassifier(random_state=0)

@@ -388,6 +388,7 @@ class _TuneSearchBase(MetaEstimatorMixin, BaseEstimator):
     def _collect(self, grid: Any, plan: Plan, candidates: list[dict[str, Any]] | None, n_splits: int,
                  refit_metric: Any, scorers: Any) -> None:
         results = list(grid)
+        _check_finished(grid, results, len(candidates) if candidates is not None else None, self.time_budget_s)
         for r in results:  # error_score="raise": the first exception, as scikit-learn raises it
             blob = (r.metrics or {}).get(EXCEPTION_KEY)
             if blob is not None:
@@ -450,6 +451,31 @@ class _TuneSearchBase(MetaEstimatorMixin, BaseEstimator):
         self.refit_time_ = time.time() - start
         if hasattr(self.best_estimator_, "feature_names_in_"):
             self.feature_names_in_ = self.best_estimator_.feature_names_in_
+
+
+def _check_finished(grid: Any, results: list[Any], n_candidates: int | None, time_budget_s: Any) -> None:
+    """An interrupted search raises (as scikit-learn's does on Ctrl-C), instead of scoring what it missed as failures."""
+    import os
+
+    from .._journal import read_journal
+
+    status = None
+    try:
+        for event in read_journal(os.path.join(grid.experiment_path, "journal.jsonl")):
+            if event.get("event") == "experiment_end":
+                status = event.get("status")
+    except Exception:  # noqa: BLE001 - remote storage or a damaged journal: judge by the trials alone
+        logger.debug("tuneplat: cannot read the search's journal", exc_info=True)
+    unfinished = [r for r in results if r.status not in ("TERMINATED", "ERROR")]
+    where = f"The experiment folder {grid.experiment_path} holds the trials that ran."
+    if status == "interrupted":
+        raise KeyboardInterrupt(f"The search was interrupted with {len(unfinished)} candidate(s) unfinished. {where}")
+    missing = n_candidates - len(results) if n_candidates is not None else 0
+    if unfinished or (missing > 0 and time_budget_s is None):
+        raise RuntimeError(
+            f"The search ended ({status or 'unknown status'}) before every candidate was cross-validated: "
+            f"{len(unfinished)} trial(s) unfinished, {max(missing, 0)} never started (a cluster without a free worker "
+            f"for TUNEPLAT_WORKER_WAIT_S, or an error in the tuner: see the log above). {where}")
 
 
 def _accepts_sample_weight(scorers: Any) -> bool:
