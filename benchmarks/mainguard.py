@@ -53,8 +53,8 @@ def write(folder: str, guarded: bool, n: int) -> str:
     return path
 
 
-def run(path: str, cwd: str) -> tuple[float, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+def run(path: str, cwd: str, root: str = ROOT) -> tuple[float, float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, path], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
     wall = time.perf_counter() - t0
@@ -68,14 +68,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--baseline", help="another checkout of tuneplat (e.g. the build before): its guarded run "
+                                           "is measured too, as 'guarded_baseline'")
     args = parser.parse_args()
     out: dict[str, list[tuple[float, float]]] = {"toplevel": [], "guarded": []}
+    if args.baseline:
+        out["guarded_baseline"] = []
     with tempfile.TemporaryDirectory() as tmp:
         scripts = {"toplevel": write(tmp, False, args.trials), "guarded": write(tmp, True, args.trials)}
+        scripts["guarded_baseline"] = scripts["guarded"]
+        kinds = list(out)
         for i in range(args.repeats):
-            order = ["toplevel", "guarded"] if i % 2 == 0 else ["guarded", "toplevel"]
+            order = kinds if i % 2 == 0 else kinds[::-1]
             for kind in order:
-                out[kind].append(run(scripts[kind], tmp))
+                root = os.path.abspath(args.baseline) if kind == "guarded_baseline" else ROOT
+                out[kind].append(run(scripts[kind], tmp, root))
     summary = {
         kind: {"process_s": [round(w, 2) for w, _ in runs], "fit_s": [round(f, 2) for _, f in runs],
                "median_process_s": round(statistics.median(w for w, _ in runs), 2),

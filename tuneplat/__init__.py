@@ -44,6 +44,17 @@ from .train import TorchTrainer, get_checkpoint, get_context, report
 
 __version__ = "0.1.0"
 
+#: submodules under Ray's names, imported when first used (``tune.logger.LoggerCallback``, ``tune.result.DONE``)
+_LAZY = ("air", "experiment", "logger", "result", "tune")
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "CLIReporter",
     "Callback",
