@@ -139,6 +139,7 @@ def bench_tls(storage: str, sizes: dict, rounds: int) -> dict:
 
     import dask
     from distributed import Client, LocalCluster
+
     from tuneplat.execution._cluster import temporary_security  # what the embedded cluster uses (ECDSA P-256)
 
     clients, clusters = {}, []
