@@ -173,10 +173,17 @@ def start_cluster(net: Net, tmp: str, tls: bool, workers: tuple[str, ...] = ("w1
               log=os.path.join(tmp, "scheduler.log"))
     address = f"{proto}://{sched.ip}:{port}"
     for w in workers:
-        net.start(w, sys.executable, "-m", "distributed.cli.dask_worker", address, "--host", net.hosts[w].ip,
-                  "--nthreads", "1", "--nworkers", "1", "--dashboard-address", "127.0.0.1:0", "--resources", "CPU=1",
-                  *tls_args, env=env, log=os.path.join(tmp, f"worker-{w}.log"), private=private)
+        start_worker(net, w, address, tmp, certs, private)
     return address, certs
+
+
+def start_worker(net: Net, host: str, address: str, tmp: str, certs: dict[str, str] | None,
+                 private: str | None = None) -> None:
+    """One ``dask worker`` (one process, one thread, CPU=1) on ``host``, joining the scheduler at ``address``."""
+    tls_args = ["--tls-ca-file", certs["ca"], "--tls-cert", certs["cert"], "--tls-key", certs["key"]] if certs else []
+    net.start(host, sys.executable, "-m", "distributed.cli.dask_worker", address, "--host", net.hosts[host].ip,
+              "--nthreads", "1", "--nworkers", "1", "--dashboard-address", "127.0.0.1:0", "--resources", "CPU=1",
+              *tls_args, env=worker_env(), log=os.path.join(tmp, f"worker-{host}.log"), private=private)
 
 
 def run_tuner(net: Net, script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

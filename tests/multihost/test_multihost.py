@@ -185,3 +185,30 @@ def test_a_lost_host_is_retried_on_the_other_from_its_checkpoint(net, tmp_path):
     assert [t["error"] for t in trials] == [None, None]
     assert all(t["metrics"]["training_iteration"] == 5 and t["metrics"]["host"] == "w1" for t in trials)
     assert sorted(t["metrics"]["start"] for t in trials) == [0, 2]  # the moved trial resumed from step 2
+
+
+def test_a_worker_host_joining_after_fit_started(net, tmp_path):
+    """A 2-rank trial with one worker host up: fit() says it waits, and runs once the second host joins."""
+    address, certs = netns.start_cluster(net, str(tmp_path), tls=True, workers=("w1",))
+    tuner = subprocess.Popen(net.hosts["tuner"].cmd(sys.executable, os.path.join(netns.ROOT, "tests", "multihost",
+                                                                                  "tuner_main.py"),
+                                                    _opts(tmp_path, address, certs, mode="ddp", workers=1, verbose=1)),
+                             env=netns.worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert tuner.stdout is not None
+        seen = []
+        for line in tuner.stdout:  # until the tuner says it waits for workers
+            seen.append(line)
+            if "waiting up to" in line:
+                break
+        assert "2 worker(s) with {CPU=1}" in seen[-1], "".join(seen)[-3000:]
+        netns.start_worker(net, "w2", address, str(tmp_path), certs)
+        stdout, stderr = tuner.communicate(timeout=240)
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+            tuner.wait(10)
+    kind, body = _outcome(subprocess.CompletedProcess([], tuner.returncode, stdout, stderr))
+    assert kind == "RESULT", body
+    (trial,) = body["trials"]
+    assert trial["error"] is None and trial["metrics"]["hosts"] == "w1,w2"

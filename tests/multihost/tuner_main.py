@@ -76,7 +76,8 @@ def main() -> None:
         address = f"{proto}://127.0.0.1:{forward((host, int(port)))}"
     with Client(address, security=Security(**security) if security else None, timeout=60) as probe:
         probe.wait_for_workers(opts.get("workers", 2), timeout=90)
-    rc = RunConfig(storage_path=opts["storage"], mlflow=False, verbose=0, address=address, security=security,
+    rc = RunConfig(storage_path=opts["storage"], mlflow=False, verbose=opts.get("verbose", 0), address=address,
+                   security=security,
                    tuner_port=opts.get("tuner_port"))
     t0 = time.monotonic()
     try:

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_PENDING",
     "PREAUTH_MAX_FRAME",
     "AuthError",
+    "TokenRefused",
     "Conn",
     "Listener",
     "TunerUnreachable",
@@ -79,6 +80,10 @@ _TLS_READ = 1 << 16
 
 class AuthError(ConnectionError):
     """The peer did not prove it holds the trial's token (or is not the tuner)."""
+
+
+class TokenRefused(AuthError):
+    """The tuner closed the connection instead of answering the token: the trial has ended (or never was)."""
 
 
 class TunerUnreachable(ConnectionError):
@@ -178,8 +183,8 @@ def connect(address: tuple[str, int], token: bytes, ssl_context: ssl.SSLContext 
         try:
             reply = _recv_raw(sock)
         except (ConnectionError, OSError) as exc:
-            raise AuthError(f"the tuner at {host}:{port} refused this rank's token ({exc}): the trial was "
-                            "probably ended already") from None
+            raise TokenRefused(f"the tuner at {host}:{port} refused this rank's token ({exc}): the trial was "
+                               "probably ended already") from None
         nonce_t, proof = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
         if len(nonce_t) != NONCE_BYTES or not hmac.compare_digest(proof, _mac(secret, b"tuner", nonce_r, nonce_t)):
             raise AuthError(f"the process at {host}:{port} is not the tuner that started this trial "

@@ -15,7 +15,7 @@ from typing import Any
 
 from .._settings import env_seconds
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, _set_session
-from ._channel import connect
+from ._channel import TokenRefused, connect
 from ._wire import recv_msg, send_msg
 
 __all__ = ["run_rank"]
@@ -251,8 +251,11 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     copy = _fresh_copies(trainable, deps) if spec.world_size == 1 else None
     if deps:
         trainable = trainable._tuneplat_resolve(*deps)  # type: ignore[attr-defined]
-    sock = connect_tuner(spec.tuner_addr, spec.token, spec.channel_tls, f" from rank {spec.rank} of trial "
-                         f"{spec.trial_id} on {socket.gethostname()} ({spec.host})")
+    try:
+        sock = connect_tuner(spec.tuner_addr, spec.token, spec.channel_tls, f" from rank {spec.rank} of trial "
+                             f"{spec.trial_id} on {socket.gethostname()} ({spec.host})")
+    except TokenRefused:  # the tuner ended this trial before the rank connected: it runs nothing
+        return "not started"
     send_msg(sock, ("hello", spec.rank, os.getpid(), socket.gethostname()))
     try:  # the tuner says "go" (or refuses a rank it no longer wants) before any user code runs
         go = recv_msg(sock)
