@@ -13,6 +13,9 @@ from .search._space import flatten_dict
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
+
+    from .plot import SavedPlots
 
 __all__ = ["Result", "ResultGrid", "TrialError"]
 
@@ -305,7 +308,7 @@ class ResultGrid(Sequence[Result]):
                 on_front = None
             else:
                 on_front = set(self._pareto_indices(metrics, modes))
-        rows = []
+        rows: list[dict[str, Any]] = []
         for r in self._results:
             chosen = r.metrics
             if filter_metric and filter_mode and r._history:
@@ -325,3 +328,65 @@ class ResultGrid(Sequence[Result]):
                 row["pareto"] = len(rows) in on_front
             rows.append(row)
         return pd.DataFrame(rows)
+
+    # ------------------------------------------------------------------ plots (tuneplat.plot; matplotlib)
+    def plot_learning_curves(self, metric: str | None = None, **kwargs: Any) -> Figure:
+        """Every trial's ``metric`` over ``training_iteration`` (or ``x="time"``), with the points where the
+        scheduler stopped, paused or cloned it (see :func:`tuneplat.plot.plot_learning_curves`).
+
+        Example:
+            >>> fig = results.plot_learning_curves("loss")  # doctest: +SKIP
+            >>> fig.savefig("curves.png")  # doctest: +SKIP
+        """
+        from .plot import plot_learning_curves
+
+        return plot_learning_curves(self, metric, **kwargs)
+
+    def plot_optimization_history(self, metric: str | None = None, mode: str | None = None, **kwargs: Any) -> Figure:
+        """Trial values in creation order and the best so far (:func:`tuneplat.plot.plot_optimization_history`)."""
+        from .plot import plot_optimization_history
+
+        return plot_optimization_history(self, metric, mode, **kwargs)
+
+    def plot_param_importances(self, metric: str | None = None, mode: str | None = None, **kwargs: Any) -> Figure:
+        """fANOVA importance of each varying config key (:func:`tuneplat.plot.plot_param_importances`)."""
+        from .plot import plot_param_importances
+
+        return plot_param_importances(self, metric, mode, **kwargs)
+
+    def plot_parallel_coordinates(self, metric: str | None = None, mode: str | None = None, **kwargs: Any) -> Figure:
+        """One polyline per trial through its config and final metric
+        (:func:`tuneplat.plot.plot_parallel_coordinates`)."""
+        from .plot import plot_parallel_coordinates
+
+        return plot_parallel_coordinates(self, metric, mode, **kwargs)
+
+    def plot_intermediate_values(self, metric: str | None = None) -> Figure:
+        """Reports colored by outcome: complete, pruned, failed (:func:`tuneplat.plot.plot_intermediate_values`)."""
+        from .plot import plot_intermediate_values
+
+        return plot_intermediate_values(self, metric)
+
+    def plot_pbt_lineage(self, metric: str | None = None, **kwargs: Any) -> Figure:
+        """Which trial cloned which, when, into what config (:func:`tuneplat.plot.plot_pbt_lineage`)."""
+        from .plot import plot_pbt_lineage
+
+        return plot_pbt_lineage(self, metric, **kwargs)
+
+    def plot_timeline(self) -> Figure:
+        """When each trial ran and the scheduler's decisions (:func:`tuneplat.plot.plot_timeline`)."""
+        from .plot import plot_timeline
+
+        return plot_timeline(self)
+
+    def plot_pareto_front(self, metrics: Sequence[str] | None = None, modes: Sequence[str] | None = None) -> Figure:
+        """Multi-objective sweeps: the non-dominated trials (:func:`tuneplat.plot.plot_pareto_front`)."""
+        from .plot import plot_pareto_front
+
+        return plot_pareto_front(self, metrics, modes)
+
+    def save_plots(self, out_dir: str, kinds: Sequence[str] | str | None = None, **kwargs: Any) -> SavedPlots:
+        """Write every plot that applies (or ``kinds``) as PNGs into ``out_dir`` (:func:`tuneplat.plot.save_plots`)."""
+        from .plot import save_plots
+
+        return save_plots(self, out_dir, kinds, **kwargs)

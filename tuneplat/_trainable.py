@@ -98,7 +98,7 @@ class Trainable:
             self._time_total: float = float(session.spec.time_offset)
         else:
             self._trial_id = self._trial_name = "default"
-            self._logdir = tempfile.mkdtemp(prefix=f"{type(self).__name__}_")
+            self._logdir = ""  # made when first asked for (a temporary folder, removed by stop())
             self._iteration = 0
             self._time_total = 0.0
         self._iterations_since_restore = 0
@@ -156,13 +156,16 @@ class Trainable:
 
     @property
     def logdir(self) -> str:
-        """The trial's folder."""
+        """The trial's folder (outside a tuner: a temporary folder that :meth:`stop` removes)."""
+        if not self._logdir:
+            self._logdir = tempfile.mkdtemp(prefix=f"{type(self).__name__}_")
+            self._own_logdir = True
         return self._logdir
 
     @property
     def trial_dir(self) -> str:
         """The trial's folder (the same as :attr:`logdir`)."""
-        return self._logdir
+        return self.logdir
 
     def get_config(self) -> dict[str, Any]:
         return self.config
@@ -241,7 +244,11 @@ class Trainable:
 
     def stop(self) -> None:
         """End the trainable: calls :meth:`cleanup`."""
-        self.cleanup()
+        try:
+            self.cleanup()
+        finally:
+            if getattr(self, "_own_logdir", False):
+                shutil.rmtree(self._logdir, ignore_errors=True)
 
     def reset(self, new_config: dict[str, Any], logger_creator: Any = None, storage: Any = None) -> bool:
         """Ray's actor reuse: :meth:`reset_config`, and on success start counting anew."""

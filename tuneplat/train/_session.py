@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import threading
@@ -57,6 +56,7 @@ class RankSpec:
     abort_grace_s: float = 15.0  # after the tuner aborted the group, how long user code may take to unwind
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
+    channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
 
 
 class TrainContext:

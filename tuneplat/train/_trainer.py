@@ -93,7 +93,8 @@ class DataParallelTrainer:
             tuner = Tuner(self, run_config=self.run_config, client=self.client)
             try:  # what restore() needs when it is not given the training function again (Ray's trainer.pkl)
                 os.makedirs(tuner.experiment_dir, exist_ok=True)
-                with open(os.path.join(tuner.experiment_dir, _TRAINER_FILE), "wb") as f:
+                path = os.path.join(tuner.experiment_dir, _TRAINER_FILE)  # its run_config may hold credentials
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
                     cloudpickle.dump(self, f)
             except Exception:  # noqa: BLE001 - restore then needs train_loop_per_worker=
                 pass
@@ -101,6 +102,10 @@ class DataParallelTrainer:
         result = tuner.fit()[0]
         if result.error is not None:
             raise TrainingFailedError(f"Training failed: {result.error}") from result.error
+        status = getattr(result, "status", "TERMINATED")
+        if status != "TERMINATED":  # ended before it finished (interrupted, or no worker could take it)
+            raise TrainingFailedError(f"Training did not finish: the run is {status} (the log above says why; "
+                                      f"{self._name}.restore(<experiment folder>) continues it)")
         return result
 
     def __getstate__(self) -> dict[str, Any]:
