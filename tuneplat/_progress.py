@@ -90,6 +90,11 @@ def mlflow_ui_hint(tracking_uri: str | None, experiment_id: str | None) -> list[
             f"  then open http://127.0.0.1:5000{query}"]
 
 
+
+def _shown_name(t: Trial) -> str:
+    """A ``trial_name_creator``'s name (Ray shows names); the id when the name is the default (trainable + id)."""
+    return t.name if t.name not in (f"{t.trainable_name}_{t.trial_id}", t.trial_id) else t.trial_id
+
 class ProgressReporter:
     """The live view of one experiment (see the module docstring).
 
@@ -322,9 +327,7 @@ class ProgressReporter:
         rows = []
         for t in shown:
             flat = flatten_dict(t.config)
-            # a trial_name_creator's name (Ray shows names); the default name is the trainable's + the id
-            custom = t.name != f"{t.trainable_name}_{t.trial_id}" and t.name != t.trial_id
-            row = [t.name if custom else t.trial_id, str(t.status), str(t.iteration)]
+            row = [_shown_name(t), str(t.status), str(t.iteration)]
             if self.metric:
                 row.append(_fmt(t.last_result.get(self.metric, "")))
             row += [_fmt(flat.get(k, "")) for k in keys]
@@ -379,7 +382,8 @@ class ProgressReporter:
             table.add_column("note", overflow="fold", ratio=1, min_width=20)
             for t in shown:
                 flat = flatten_dict(t.config)
-                row: list[Any] = [t.trial_id, Text(str(t.status), style=_STYLE.get(str(t.status), "")), str(t.iteration)]
+                row: list[Any] = [_shown_name(t), Text(str(t.status), style=_STYLE.get(str(t.status), "")),
+                                  str(t.iteration)]
                 if self.metric:
                     row.append(_fmt(t.last_result.get(self.metric, "")))
                 row += [_fmt(flat.get(k, "")) for k in keys]

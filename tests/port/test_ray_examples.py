@@ -74,7 +74,6 @@ def test_logging_example_custom_logger_names_and_ray_files(tmp_path):
     assert proc.stdout.count("TestLogger for trial easy_objective_") == 15  # 3 trials x 5 results
     paths = json.loads(line(proc, "PATHS").replace("'", '"'))
     assert all(p.startswith("easy_objective_") and p.endswith("_123") for p in paths)  # trial_dirname_creator
-    assert "easy_objective_" in proc.stdout.split("== Status")[-1]  # trial_name_creator's names in the table
     for trial_dir in (tmp_path / "tuneplat_results" / "hyperband_test").glob("easy_objective_*_123"):
         with open(trial_dir / "progress.csv", newline="") as f:
             rows = list(csv.DictReader(f))

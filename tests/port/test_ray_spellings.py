@@ -150,7 +150,7 @@ def test_trial_names_in_table_and_folders(dask_client, storage, capsys):
     grid = tune.Tuner(S.number_report, param_space={"x": tune.grid_search([1.0, 2.0])},
                       tune_config=tune.TuneConfig(trial_name_creator=lambda t: f"run-x{t.config['x']:g}",
                                                   trial_dirname_creator=lambda t: f"dir-{t.config['x']:g}"),
-                      run_config=RunConfig(storage_path=storage, verbose=1, mlflow=False),
+                      run_config=RunConfig(storage_path=storage, verbose=2, mlflow=False),
                       client=dask_client).fit()
     table = capsys.readouterr().out.split("== Status")[-1]
     assert "run-x1" in table and "run-x2" in table
