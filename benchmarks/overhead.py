@@ -10,6 +10,7 @@ Usage:
   python benchmarks/overhead.py                 # tuneplat, plus Ray Tune (reuse_actors=True) if installed
   python benchmarks/overhead.py --ray-default   # also Ray's default reuse_actors=False (minutes)
   python benchmarks/overhead.py --no-ray
+  python benchmarks/overhead.py --tls           # (b) over a TLS cluster vs a plaintext one, interleaved runs
 
 Prints one JSON object.
 """
@@ -81,6 +82,9 @@ def run_tuneplat(client, fn, n: int, storage: str) -> tuple[float, int]:
     t0 = time.perf_counter()
     results = tuner.fit()
     wall = time.perf_counter() - t0
+    errors = [r.error for r in results if r.error is not None]
+    if errors:
+        raise RuntimeError(f"{len(errors)} trial(s) failed; first: {errors[0]}")
     return wall, sum(len(r._history) for r in results)
 
 
@@ -129,6 +133,43 @@ def bench_tuneplat(storage: str, sizes: dict) -> dict:
             "b_results_per_s": round(n_b / b, 1), "b_wall_s": round(b, 3), "c": c}
 
 
+def bench_tls(storage: str, sizes: dict, rounds: int) -> dict:
+    """(b) results/s with the rank<->tuner channel on TLS (a TLS cluster) vs plaintext, interleaved rounds."""
+    import statistics
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    from tuneplat.execution._cluster import temporary_security  # what the embedded cluster uses (ECDSA P-256)
+
+    clients, clusters = {}, []
+    for mode in ("plain", "tls"):
+        sec = temporary_security() if mode == "tls" else None
+        with dask.config.set({"distributed.worker.daemon": False}):
+            cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                                   dashboard_address="127.0.0.1:0", resources={"CPU": 1}, security=sec)
+        clusters.append(cluster)
+        clients[mode] = Client(cluster, set_as_default=False, security=sec)
+    rates: dict[str, list[float]] = {"plain": [], "tls": []}
+    try:
+        for mode in ("plain", "tls"):
+            run_tuneplat(clients[mode], tp_once, 4, storage)  # warm the workers' imports
+        for i in range(rounds):
+            for mode in (("plain", "tls") if i % 2 == 0 else ("tls", "plain")):
+                wall, n = run_tuneplat(clients[mode], tp_many, sizes["b"], storage)
+                rates[mode].append(n / wall)
+    finally:
+        for c in clients.values():
+            c.close()
+        for cl in clusters:
+            cl.close()
+    med = {m: statistics.median(v) for m, v in rates.items()}
+    return {"rounds": rounds, "b_results_per_s_plain": [round(x, 1) for x in rates["plain"]],
+            "b_results_per_s_tls": [round(x, 1) for x in rates["tls"]],
+            "median_plain": round(med["plain"], 1), "median_tls": round(med["tls"], 1),
+            "tls_cost_pct": round(100 * (1 - med["tls"] / med["plain"]), 1), "goal_cost_pct": 20}
+
+
 def bench_ray(storage: str, sizes: dict, reuse: bool) -> dict:
     import ray
 
@@ -150,12 +191,18 @@ def main() -> None:
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray Tune peer")
     parser.add_argument("--ray-default", action="store_true", help="also run Ray with reuse_actors=False (slow)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
+    parser.add_argument("--tls", type=int, nargs="?", const=9, default=0, metavar="ROUNDS",
+                        help="only (b), TLS vs plaintext channel, interleaved (default 9 rounds each)")
     args = parser.parse_args()
     sizes = {"a": 200, "b": 16, "c_small": 20, "c_large": 100}
     if args.quick:
         sizes = {"a": 40, "b": 4, "c_small": 4, "c_large": 12}
     storage = tempfile.mkdtemp(prefix="tuneplat_bench_")
     out: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "sizes": sizes}
+    if args.tls:
+        out["tls_vs_plain"] = bench_tls(storage, sizes, args.tls)
+        print(json.dumps(out, indent=2))
+        return
     out["tuneplat"] = bench_tuneplat(storage, sizes)
     try:
         import ray  # noqa: F401

@@ -122,7 +122,7 @@ def score(result: Mapping[str, Any], metric: str, mode: str) -> float:
     value = result.get(metric)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         try:
-            value = float(value)  # numpy scalars, 0-d tensors
+            value = float(value)  # type: ignore[arg-type]  # numpy scalars, 0-d tensors
         except (TypeError, ValueError):
             return math.inf
     value = float(value)

@@ -196,8 +196,7 @@ def simulate(
     trials: dict[str, _SimTrial] = {}
     if isinstance(curves, Mapping):
         for trial_id, curve in curves.items():
-            config = dict((configs or {}).get(trial_id, {}))
-            trials[trial_id] = _SimTrial(trial_id, curve, config)
+            trials[trial_id] = _SimTrial(trial_id, curve, dict((configs or {}).get(trial_id, {})))
     else:
         width = max(3, len(str(len(curves))))
         for index, (config, curve) in enumerate(curves):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -15,6 +17,54 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Worker processes import test modules' functions by reference: make the repo importable there.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.path.join(ROOT, "tests"), os.environ.get("PYTHONPATH")) if p)
+
+# ---------------------------------------------------------------- litter check
+# The session's temporary files go to a folder of its own (TMPDIR, inherited by Dask workers, the MLflow uploader
+# and every subprocess), so that what a test leaves behind can be told apart from other processes' files. At the
+# end, anything left there (beyond pytest's own tmp_path folders and caches that libraries keep on purpose) and
+# any new file in the checkout fails the session, naming the paths.
+_SYSTEM_TMP = tempfile.gettempdir()
+SESSION_TMP = tempfile.mkdtemp(prefix="tuneplat-tests-", dir=_SYSTEM_TMP)
+os.environ["TMPDIR"] = SESSION_TMP
+tempfile.tempdir = SESSION_TMP
+#: left on purpose by libraries, not by tests: pytest's tmp_path root, Dask's scratch root, compiler caches
+_KEPT_IN_TMP = ("pytest-of-", "dask-scratch-space", "torchinductor_", "matplotlib-")
+#: build and tool outputs in the checkout that are not litter
+_SKIPPED_IN_CHECKOUT = {".git", ".venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints"}
+
+
+def _checkout_files() -> set[str]:
+    found = set()
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in _SKIPPED_IN_CHECKOUT and not d.endswith(".egg-info")]
+        found.update(os.path.relpath(os.path.join(top, n), ROOT) for n in files)
+        found.update(os.path.relpath(os.path.join(top, d), ROOT) + "/" for d in dirs)
+    return found
+
+
+_CHECKOUT_BEFORE = _checkout_files()
+
+
+def litter() -> list[str]:
+    """What the session left: paths in its temporary folder and new paths in the checkout."""
+    left = [os.path.join(SESSION_TMP, n) for n in sorted(os.listdir(SESSION_TMP)) if not n.startswith(_KEPT_IN_TMP)]
+    new = sorted(_checkout_files() - _CHECKOUT_BEFORE)
+    tops = sorted({p.split("/", 1)[0] + ("/" if "/" in p else "") for p in new})
+    return left + [os.path.join(ROOT, t) for t in tops]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks
+        return
+    left = litter()
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nFAILED litter check: the tests left {len(left)} path(s) behind (each test must clean up: use "
+              "tmp_path, never the checkout or the bare temporary folder):\n  " + "\n  ".join(left[:30]),
+              file=sys.stderr)
+        return
+    if exitstatus == 0:  # keep pytest's tmp_path folders of a failed session for a look
+        shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -39,4 +39,6 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     client.execute()  # raises CellExecutionError with the failing cell's traceback
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    assert any(o.output_type == "display_data" and "image/png" in o.data for o in outputs), "no plot was drawn"
+    # a Figure as a cell's last expression is an execute_result; display(fig) or plt.show() a display_data
+    assert any(o.output_type in ("display_data", "execute_result") and "image/png" in o.get("data", {})
+               for o in outputs), "no plot was drawn"

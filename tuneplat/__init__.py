@@ -12,6 +12,7 @@ from . import schedulers, search, stopper, train
 from ._checkpoint import Checkpoint
 from ._compat import CLIReporter, JupyterNotebookReporter, SyncConfig
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
+from ._init import init, is_initialized, shutdown
 from ._journal import read_journal
 from ._result import Result, ResultGrid, TrialError
 from ._run import ExperimentAnalysis, run
@@ -19,7 +20,7 @@ from ._trainable import Trainable
 from ._trial import TrialStatus
 from ._tuner import Tuner
 from ._user_callbacks import Callback
-from ._wrappers import with_parameters, with_resources
+from ._wrappers import PlacementGroupFactory, with_parameters, with_resources
 from .core import TuneError
 from .execution._cluster import PlacementError
 from .search import (
@@ -43,6 +44,17 @@ from .train import TorchTrainer, get_checkpoint, get_context, report
 
 __version__ = "0.1.0"
 
+#: submodules under Ray's names, imported when first used (``tune.logger.LoggerCallback``, ``tune.result.DONE``)
+_LAZY = ("air", "experiment", "logger", "result", "tune")
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "CLIReporter",
     "Callback",
@@ -53,6 +65,7 @@ __all__ = [
     "JupyterNotebookReporter",
     "MLflowConfig",
     "PlacementError",
+    "PlacementGroupFactory",
     "Result",
     "ResultGrid",
     "RunConfig",
@@ -72,6 +85,8 @@ __all__ = [
     "get_checkpoint",
     "get_context",
     "grid_search",
+    "init",
+    "is_initialized",
     "lograndint",
     "loguniform",
     "qlograndint",
@@ -87,6 +102,7 @@ __all__ = [
     "sample_from",
     "schedulers",
     "search",
+    "shutdown",
     "stopper",
     "train",
     "uniform",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -131,6 +131,10 @@ class MLflowConfig:
         log_checkpoints: log kept checkpoints as run artifacts.
         register_best_model: register the best trial's checkpoint under this name.
         tags: extra tags on the parent run.
+        log_plots: at the end of the experiment, draw its plots (learning curves, optimization
+            history, parameter importances, ...; see :mod:`tuneplat.plot`) and log them as
+            ``plots/*.png`` artifacts of the parent run. They are drawn by the MLflow uploader
+            process, from the journal, after the last trial ended.
     """
 
     tracking_uri: str | None = None
@@ -138,6 +142,7 @@ class MLflowConfig:
     log_checkpoints: bool = True
     register_best_model: str | None = None
     tags: Mapping[str, str] | None = None
+    log_plots: bool = True
 
 
 @dataclass
@@ -159,7 +164,16 @@ class RunConfig:
         failure_config, checkpoint_config: see those classes.
         mlflow: an :class:`MLflowConfig`, or False to turn MLflow off.
         verbose: 0 silent, 1 status table, 2 also trial events.
-        address: a Dask scheduler address (``tcp://host:8786``) to run on.
+        address: a Dask scheduler address (``tcp://host:8786``, ``tls://host:8786``) to run on.
+        security: the cluster's TLS settings for ``address``: a
+            ``distributed.security.Security`` or a dict of its arguments
+            (``tls_ca_file``, ``tls_client_cert``, ``tls_client_key``, ...). With a
+            TLS cluster the ranks' channel to the tuner uses TLS too.
+        tuner_host: the address Dask workers use to reach the tuner (default
+            ``TUNEPLAT_TUNER_HOST``, else found from the cluster).
+        tuner_port: the tuner's result port, a port (``8790``) or a range
+            (``"8790-8799"``) to open in a firewall (default ``TUNEPLAT_TUNER_PORT``,
+            else any free port).
         progress_interval_s: how often the status table is printed.
         callbacks: :class:`tuneplat.Callback` instances (Ray's hooks).
         progress_reporter: a :class:`tuneplat.CLIReporter`, accepted for Ray
@@ -177,6 +191,9 @@ class RunConfig:
     mlflow: MLflowConfig | bool | None = None
     verbose: int = 1
     address: str | None = None
+    security: Any = None
+    tuner_host: str | None = None
+    tuner_port: int | str | None = None
     progress_interval_s: float = 5.0
     callbacks: Sequence[Any] | None = None
     log_to_file: bool = False
@@ -194,6 +211,10 @@ class RunConfig:
                 _check(isinstance(v, (int, float)) and not math.isnan(v),
                        f"RunConfig.stop[{k!r}]", v, "a number (or a bool, e.g. {'done': True})")
         _check(self.verbose in (0, 1, 2, 3), "RunConfig.verbose", self.verbose, "0, 1, 2 or 3")
+        if self.tuner_port is not None:
+            from .execution._channel import parse_port_range
+
+            parse_port_range(self.tuner_port, "RunConfig.tuner_port")
         self.failure_config = self.failure_config or FailureConfig()
         self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
 
@@ -218,6 +239,14 @@ class ScalingConfig:
     trainer_resources: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
+        for name in ("num_workers", "use_gpu", "resources_per_worker"):
+            value = getattr(self, name)
+            if (isinstance(value, Mapping) and "grid_search" in value) or hasattr(value, "sample"):
+                raise ValueError(
+                    f"ScalingConfig({name}={value!r}): a search domain in ScalingConfig (a different number of ranks "
+                    "or resources per trial, Ray Train's Tuner guide) is not supported: every trial of a Tuner runs "
+                    "with the same ScalingConfig. Run one Tuner per value, e.g. `for n in (1, 2): "
+                    "Tuner(trainer, param_space={'scaling_config': ScalingConfig(num_workers=n), ...}).fit()`.")
         _check(isinstance(self.num_workers, int) and self.num_workers >= 1,
                "ScalingConfig.num_workers", self.num_workers, "an int >= 1")
         _check(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),

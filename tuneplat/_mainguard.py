@@ -1,26 +1,78 @@
-"""A script that fits a Tuner at its top level, outside ``if __name__ == "__main__":``.
+"""Scripts that fit at their top level, outside ``if __name__ == "__main__":``, as Ray's snippets do.
 
-Ray scripts often do (Ray's workers never import the driver's script). The
-embedded Dask ``LocalCluster`` starts its worker processes with ``spawn``,
-which imports the script again in each worker; there the top-level ``fit()``
-runs once more and every worker fails to start, with pages of Dask
-tracebacks. :func:`check_main_guard` says what to change instead, before any
-process is started.
+The embedded Dask ``LocalCluster`` starts its worker processes with
+``spawn``. By default, ``multiprocessing`` makes each spawned child run the
+parent's main script again (as ``__mp_main__``), so that objects pickled by
+reference to ``__main__`` can be found there; a script whose ``fit()`` is at
+its top level would then fit again in every worker. Ray's workers never import
+the driver's script: functions and classes from ``__main__`` travel by value
+(cloudpickle). tuneplat does the same for the worker processes of the clusters
+it starts itself: :func:`embedded_workers` tells ``multiprocessing`` not to
+run the main script in them (and Dask, like tuneplat's own channel, pickles
+anything from ``__main__`` by value). A guarded and an unguarded script then
+start their workers alike, and equally fast.
+
+What is left of the old refusal is :func:`check_main_guard`: a ``fit()`` run
+while some *other* spawned process imports the script (the user's own
+``multiprocessing`` pool, or their own ``LocalCluster`` created at the top
+level) gets one clear error instead of pages of tracebacks.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import multiprocessing
+import multiprocessing.spawn
 import os
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["check_main_guard", "unguarded_call_site"]
+__all__ = ["check_main_guard", "embedded_workers", "unguarded_call_site"]
 
-_ADVICE = ("Put the code that builds and fits the Tuner under `if __name__ == \"__main__\":` (Ray does not need "
-           "this: tuneplat's embedded Dask cluster starts its worker processes with 'spawn', which imports the "
-           "script again in each of them), or run on a running Dask cluster: Tuner(..., client=distributed.Client("
-           "...)) or RunConfig(address=...).")
+#: the name Dask's nanny gives the worker process it spawns (distributed/nanny.py)
+_DASK_WORKER_PROCESS = "Dask Worker process (from Nanny)"
+
+_lock = threading.Lock()
+_active = 0  # embedded clusters of ours alive in this process (their nannies may respawn a worker at any time)
+_original: Callable[[str], dict[str, Any]] | None = None
+
+
+def _preparation_data(name: str) -> dict[str, Any]:
+    assert _original is not None
+    data = _original(name)
+    if _active > 0 and name == _DASK_WORKER_PROCESS:
+        # the child keeps sys.path, the working directory and argv; it only does not run the main script
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
+
+
+def _install() -> None:
+    global _original
+    if _original is None:
+        _original = multiprocessing.spawn.get_preparation_data
+        multiprocessing.spawn.get_preparation_data = _preparation_data  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def embedded_workers() -> Iterator[None]:
+    """While inside, Dask worker processes spawned by this process do not run the ``__main__`` script.
+
+    Hold it for the whole life of an embedded cluster: its nannies start
+    replacement workers (after a crash, an ``os._exit``) at any time.
+    """
+    global _active
+    with _lock:
+        _install()
+        _active += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _active -= 1
 
 
 def _tests_main(test: ast.expr) -> bool:
@@ -33,7 +85,7 @@ def unguarded_call_site() -> tuple[str, int] | None:
     path = getattr(main, "__file__", None)
     if main is None or not isinstance(path, str) or not path.endswith(".py") or not os.path.isfile(path):
         return None  # an interactive session, a notebook, python -c: nothing is imported again
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
         frame = frame.f_back
     if frame is None:
@@ -50,27 +102,21 @@ def unguarded_call_site() -> tuple[str, int] | None:
     return path, line
 
 
-def check_main_guard(client: Any, address: str | None) -> None:
-    """Raise a clear error where the embedded cluster's spawned workers would import this script's ``fit()`` again."""
-    import multiprocessing
+def check_main_guard(client: Any, address: str | None, caller: str = "Tuner.fit()") -> None:
+    """Refuse a ``fit()`` that runs while a spawned process imports the main script.
 
-    if getattr(multiprocessing.current_process(), "_inheriting", False):  # we are that worker, importing the script
-        raise RuntimeError("tuneplat: Tuner.fit() ran while a worker process was starting and importing the main "
-                           "script. " + _ADVICE)
-    if client is not None or address is not None:
-        return
-    try:
-        from distributed import get_client
+    tuneplat's own workers never import it (:func:`embedded_workers`), so this
+    only happens in a process the user spawned: their own ``multiprocessing``
+    pool or ``LocalCluster`` started at the top level of an unguarded script.
 
-        get_client()
-        return  # an active client: no cluster of ours is started
-    except (ImportError, ValueError):
-        pass
-    import dask
-
-    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "fork":
-        return
-    site = unguarded_call_site()
-    if site is not None:
-        raise RuntimeError(f"tuneplat: Tuner.fit() is called at the top level of {site[0]} (line {site[1]}), outside "
-                           "an `if __name__ == \"__main__\":` block. " + _ADVICE)
+    Args:
+        client, address: kept for the callers' signature (a given cluster needs no check either).
+        caller: what the user called (``"Tuner.fit()"``, ``"TorchTrainer.fit()"``, ``"tune.run()"``).
+    """
+    del client, address
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # we are a spawned child importing the script
+        raise RuntimeError(
+            f"tuneplat: {caller} ran while a process spawned by the script (a multiprocessing pool, or a Dask "
+            "LocalCluster the script created itself) was starting and importing the main script again. Put that "
+            "pool or cluster, and the code that fits, under `if __name__ == \"__main__\":`; or let tuneplat start "
+            "its own cluster (it needs no guard), or connect to a running one: RunConfig(address=...).")

@@ -22,17 +22,59 @@ logger = logging.getLogger("tuneplat")
 STATE_FILE = "tuner.pkl"
 
 
+def _without_secrets(state: dict[str, Any]) -> dict[str, Any]:
+    """The Tuner's arguments minus what holds credentials: they are given again to :meth:`Tuner.restore`.
+
+    ``RunConfig.storage_filesystem`` (an fsspec filesystem with its keys) and
+    TLS settings holding private keys in memory are left out; a tracking URI
+    loses its ``user:password@`` part (MLflow also reads
+    ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``).
+    """
+    import dataclasses
+
+    from ._redact import has_credentials, strip_credentials
+
+    rc = state.get("run_config")
+    if rc is None or not dataclasses.is_dataclass(rc):
+        return state
+    dropped = []
+    changes: dict[str, Any] = {}
+    if getattr(rc, "storage_filesystem", None) is not None:
+        changes["storage_filesystem"] = None
+        dropped.append("run_config.storage_filesystem")
+    sec = getattr(rc, "security", None)
+    if sec is not None:
+        keys = sec.values() if isinstance(sec, dict) else vars(sec).values() if hasattr(sec, "__dict__") else ()
+        if any(isinstance(v, str) and "PRIVATE KEY" in v for v in keys):
+            changes["security"] = None
+            dropped.append("run_config.security")
+    mlflow = getattr(rc, "mlflow", None)
+    uri = getattr(mlflow, "tracking_uri", None)
+    if uri and has_credentials(uri):
+        changes["mlflow"] = dataclasses.replace(mlflow, tracking_uri=strip_credentials(uri))  # type: ignore[type-var]
+        dropped.append("run_config.mlflow.tracking_uri's credentials")
+    if not changes:
+        return state
+    return {**state, "run_config": dataclasses.replace(rc, **changes),  # type: ignore[type-var]
+            "not_saved": dropped}
+
+
 def save_tuner_state(experiment_dir: str, state: dict[str, Any]) -> None:
-    """Pickle the Tuner's arguments (atomically) so restore needs only the trainable."""
+    """Pickle the Tuner's arguments (atomically, readable by the owner only) so restore needs only the trainable.
+
+    Credentials are not saved (see :func:`_without_secrets`): restore says which to give again.
+    """
     os.makedirs(experiment_dir, exist_ok=True)
     tmp = os.path.join(experiment_dir, f".{STATE_FILE}.tmp")
     try:
-        data = cloudpickle.dumps(state)
+        data = cloudpickle.dumps(_without_secrets(state))
     except Exception as exc:  # noqa: BLE001
         logger.warning("tuneplat: cannot save the Tuner's settings for restore (%s); pass them to "
                        "Tuner.restore(...) again", exc)
         return
-    with open(tmp, "wb") as f:
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -105,12 +147,21 @@ def load_tuner_state(experiment_dir: str) -> dict[str, Any]:
         raise TunerStateError(f"{path} cannot be loaded ({type(exc).__name__}: {exc}). {hint}") from None
     if not isinstance(state, dict):
         raise TunerStateError(f"{path} holds a {type(state).__name__}, not the Tuner's settings. {hint}")
+    if state.get("not_saved"):
+        logger.warning("tuneplat: %s does not hold credentials (%s): give them again, e.g. "
+                       "Tuner.restore(path, trainable, storage_filesystem=...) or run_config=..., or set "
+                       "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD", path, ", ".join(state["not_saved"]))
     return state
 
 
-def _config(event: dict[str, Any], key: str = "config") -> dict[str, Any]:
+def _config(event: dict[str, Any], key: str = "config", trusted: bool = False) -> dict[str, Any]:
+    """A trial's config from a journal event: the JSON copy, or (``trusted`` only) the exact pickled one.
+
+    Configs that JSON cannot hold exactly (objects, tuples) are also journaled
+    pickled; only a restore, which runs the user's own code anyway, unpickles them.
+    """
     blob = event.get("config_pickle")
-    if blob:
+    if blob and trusted:
         try:
             import cloudpickle
 
@@ -120,18 +171,22 @@ def _config(event: dict[str, Any], key: str = "config") -> dict[str, Any]:
     return dict(event.get(key) or {})
 
 
-def load_trials(experiment_dir: str, storage_fs: Any = None) -> tuple[list[Trial], dict[str, Any]]:
+def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = False
+                ) -> tuple[list[Trial], dict[str, Any]]:
     """Replay ``journal.jsonl`` into trials (status as last recorded) and experiment metadata.
 
     ``storage_fs`` is the filesystem of checkpoints recorded as URLs (remote
     storage); without it fsspec opens each URL with its default configuration.
+    Nothing is unpickled unless ``trusted`` (a restore of the user's own
+    experiment): read-only views (``tuneplat status``/``best``, ``simulate``)
+    use the journal's JSON copy of each config.
     """
     events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
     trials: dict[str, Trial] = {}
     meta: dict[str, Any] = {}
     for ev in events:
         kind = ev.get("event")
-        tid = ev.get("trial_id")
+        tid = str(ev.get("trial_id") or "")
         t = trials.get(tid) if tid else None
         if kind == "experiment":
             meta = {k: ev.get(k) for k in ("name", "metric", "mode", "num_samples")}
@@ -139,7 +194,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None) -> tuple[list[Trial
             path = ev["path"]
             if not os.path.isdir(path):  # the folder moved: trial folders sit beside the journal
                 path = os.path.join(experiment_dir, os.path.basename(path))
-            trials[tid] = Trial(trial_id=tid, config=_config(ev), path=path, name=ev.get("name", tid))
+            trials[tid] = Trial(trial_id=tid, config=_config(ev, trusted=trusted), path=path, name=str(ev.get("name") or tid))
         elif t is None:
             continue
         elif kind == "trial_start":
@@ -169,7 +224,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None) -> tuple[list[Trial
         elif kind == "trial_failure":
             t.num_failures += 1
         elif kind == "exploit":
-            t.config = _config(ev, "new_config")
+            t.config = _config(ev, "new_config", trusted)
             t.lineage.append({k: v for k, v in ev.items() if k not in ("event", "config_pickle")})
         elif kind == "mlflow_run":
             t.mlflow_run_id = ev.get("run_id")
@@ -210,7 +265,7 @@ def _drop_missing_checkpoints(trial: Trial) -> None:
 def prepare_resume(experiment_dir: str, *, resume_errored: bool = False, restart_errored: bool = False,
                    storage_fs: Any = None) -> list[Trial]:
     """Trials ready for a resumed run: unfinished ones PENDING (they resume from their checkpoint)."""
-    trials, _ = load_trials(experiment_dir, storage_fs)
+    trials, _ = load_trials(experiment_dir, storage_fs, trusted=True)  # a restore: the user's own folder
     for t in trials:
         if t.status in (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING):
             t.status = TrialStatus.PENDING

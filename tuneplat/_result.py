@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,9 @@ from .search._space import flatten_dict
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
+
+    from .plot import SavedPlots
 
 __all__ = ["Result", "ResultGrid", "TrialError"]
 
@@ -56,6 +60,57 @@ class Result:
     stop_reason: str | None = None
     _history: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _filesystem: Any = field(default=None, repr=False)
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str]) -> Result:
+        """The :class:`Result` of the trial whose folder is ``path`` (``ray.train.Result.from_path``).
+
+        Read from the experiment's journal (the folder above) when there is one,
+        else from the trial folder's ``params.json``, ``result.json`` and
+        checkpoint folders.
+
+        Raises:
+            FileNotFoundError: ``path`` is not a trial folder.
+
+        Example:
+            >>> result = Result.from_path("~/tuneplat_results/exp/objective_1a2b3_00000")  # doctest: +SKIP
+        """
+        import json
+
+        from ._storage import list_checkpoints
+
+        folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"{folder} is not a trial folder (Result.from_path takes storage_path/name/trial).")
+        experiment = os.path.dirname(folder)
+        if os.path.isfile(os.path.join(experiment, "journal.jsonl")):
+            from ._restore import load_trials
+            from ._tuner import result_grid
+
+            trials, meta = load_trials(experiment)
+            mine = [t for t in trials if os.path.abspath(t.path) == folder]
+            if mine:
+                return result_grid(mine, meta.get("metric"), meta.get("mode"), experiment)[0]
+        params = os.path.join(folder, "params.json")
+        results = os.path.join(folder, "result.json")
+        if not (os.path.isfile(params) or os.path.isfile(results)):
+            raise FileNotFoundError(f"{folder} has neither params.json nor result.json: not a trial folder.")
+        config: dict[str, Any] = {}
+        if os.path.isfile(params):
+            with open(params, encoding="utf-8") as f:
+                config = json.load(f)
+        history: list[dict[str, Any]] = []
+        if os.path.isfile(results):
+            with open(results, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        history.append(json.loads(line))
+                    except ValueError:
+                        pass  # a line torn by a crash
+        ckpts = [Checkpoint(p) for p in list_checkpoints(folder)]
+        return cls(config=config, metrics=dict(history[-1]) if history else {}, path=folder,
+                   checkpoint=ckpts[-1] if ckpts else None, best_checkpoints=[(c, {}) for c in ckpts],
+                   trial_id=str(history[-1].get("trial_id", "")) if history else "", _history=history)
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
@@ -253,7 +308,7 @@ class ResultGrid(Sequence[Result]):
                 on_front = None
             else:
                 on_front = set(self._pareto_indices(metrics, modes))
-        rows = []
+        rows: list[dict[str, Any]] = []
         for r in self._results:
             chosen = r.metrics
             if filter_metric and filter_mode and r._history:
@@ -273,3 +328,65 @@ class ResultGrid(Sequence[Result]):
                 row["pareto"] = len(rows) in on_front
             rows.append(row)
         return pd.DataFrame(rows)
+
+    # ------------------------------------------------------------------ plots (tuneplat.plot; matplotlib)
+    def plot_learning_curves(self, metric: str | None = None, **kwargs: Any) -> Figure:
+        """Every trial's ``metric`` over ``training_iteration`` (or ``x="time"``), with the points where the
+        scheduler stopped, paused or cloned it (see :func:`tuneplat.plot.plot_learning_curves`).
+
+        Example:
+            >>> fig = results.plot_learning_curves("loss")  # doctest: +SKIP
+            >>> fig.savefig("curves.png")  # doctest: +SKIP
+        """
+        from .plot import plot_learning_curves
+
+        return plot_learning_curves(self, metric, **kwargs)
+
+    def plot_optimization_history(self, metric: str | None = None, mode: str | None = None, **kwargs: Any) -> Figure:
+        """Trial values in creation order and the best so far (:func:`tuneplat.plot.plot_optimization_history`)."""
+        from .plot import plot_optimization_history
+
+        return plot_optimization_history(self, metric, mode, **kwargs)
+
+    def plot_param_importances(self, metric: str | None = None, mode: str | None = None, **kwargs: Any) -> Figure:
+        """fANOVA importance of each varying config key (:func:`tuneplat.plot.plot_param_importances`)."""
+        from .plot import plot_param_importances
+
+        return plot_param_importances(self, metric, mode, **kwargs)
+
+    def plot_parallel_coordinates(self, metric: str | None = None, mode: str | None = None, **kwargs: Any) -> Figure:
+        """One polyline per trial through its config and final metric
+        (:func:`tuneplat.plot.plot_parallel_coordinates`)."""
+        from .plot import plot_parallel_coordinates
+
+        return plot_parallel_coordinates(self, metric, mode, **kwargs)
+
+    def plot_intermediate_values(self, metric: str | None = None) -> Figure:
+        """Reports colored by outcome: complete, pruned, failed (:func:`tuneplat.plot.plot_intermediate_values`)."""
+        from .plot import plot_intermediate_values
+
+        return plot_intermediate_values(self, metric)
+
+    def plot_pbt_lineage(self, metric: str | None = None, **kwargs: Any) -> Figure:
+        """Which trial cloned which, when, into what config (:func:`tuneplat.plot.plot_pbt_lineage`)."""
+        from .plot import plot_pbt_lineage
+
+        return plot_pbt_lineage(self, metric, **kwargs)
+
+    def plot_timeline(self) -> Figure:
+        """When each trial ran and the scheduler's decisions (:func:`tuneplat.plot.plot_timeline`)."""
+        from .plot import plot_timeline
+
+        return plot_timeline(self)
+
+    def plot_pareto_front(self, metrics: Sequence[str] | None = None, modes: Sequence[str] | None = None) -> Figure:
+        """Multi-objective sweeps: the non-dominated trials (:func:`tuneplat.plot.plot_pareto_front`)."""
+        from .plot import plot_pareto_front
+
+        return plot_pareto_front(self, metrics, modes)
+
+    def save_plots(self, out_dir: str, kinds: Sequence[str] | str | None = None, **kwargs: Any) -> SavedPlots:
+        """Write every plot that applies (or ``kinds``) as PNGs into ``out_dir`` (:func:`tuneplat.plot.save_plots`)."""
+        from .plot import save_plots
+
+        return save_plots(self, out_dir, kinds, **kwargs)

@@ -151,6 +151,7 @@ def run(run_or_experiment: Callable[..., Any], *, name: str | None = None, metri
                               param_space=config, tune_config=tune_config, run_config=run_config, client=client)
     else:
         tuner = Tuner(trainable, param_space=config, tune_config=tune_config, run_config=run_config, client=client)
+        tuner._caller = "tune.run()"
     grid = tuner.fit()
     if raise_on_failed_trial and grid.num_errors:
         raise TuneError(f"{grid.num_errors} trial(s) did not complete: "

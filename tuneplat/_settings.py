@@ -9,13 +9,18 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_START_TIMEOUT_S`` | 90 | every rank of a group connects within this after being placed |
 | ``TUNEPLAT_HEARTBEAT_TIMEOUT_S`` | 30 | a rank silent this long (no report, no heartbeat) is hung |
 | ``TUNEPLAT_ABORT_GRACE_S`` | 15 | an aborted rank's user code may take this long to unwind before its process ends |
-| ``TUNEPLAT_WORKER_WAIT_S`` | 60 | nothing runs and nothing can be placed this long: the experiment ends (restorable) |
+| ``TUNEPLAT_WORKER_WAIT_S`` | 60 | how long ``fit()`` waits for workers a trial needs to join; nothing runs and nothing can be placed this long: the experiment ends (a trial that ran and lost its worker: ERROR) |
 | ``TUNEPLAT_STOP_GRACE_S`` | 5 | after the time budget or fail-fast asked trials to stop, a trial that does not report is aborted |
 | ``TUNEPLAT_SYNC_PERIOD_S`` | 10 | remote storage: how often the experiment's small files are uploaded |
-| ``TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S`` | 120 | how long ``fit()`` waits at its end for MLflow logging to finish |
-| ``TUNEPLAT_RUNNER_IDLE_S`` | 2 | how long a chained-trial runner waits for its next trial |
+| ``TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S`` | 30 | how long ``fit()`` waits at its end for MLflow logging to finish |
+| ``TUNEPLAT_RUNNER_IDLE_S`` | 60 | how long a chained-trial runner waits for its next trial |
 | ``TUNEPLAT_TUNER_HOST`` | (chosen) | the address ranks use to reach the tuner |
+| ``TUNEPLAT_AUTH_TIMEOUT_S`` | 10 | a peer of the tuner's port must finish TLS and authentication within this |
 | ``TUNEPLAT_CACHE_DIR`` | ``~/.cache/tuneplat`` | the local cache of experiments on remote storage |
+| ``TUNEPLAT_TUNER_PORT`` | (any free port) | the tuner's result port, or a range ``a-b`` (a firewall that opens only these) |
+| ``TUNEPLAT_CONNECT_TIMEOUT_S`` | 10 | a rank reaches the tuner's result port within this, or fails naming the address |
+| ``TUNEPLAT_LOCAL_TLS`` | 1 | the embedded cluster (and the rank channel) use TLS with temporary certificates; 0 turns it off |
+| ``TUNEPLAT_PLAIN_PROGRESS`` | (unset) | set: the live view prints plain lines even on a terminal |
 """
 
 from __future__ import annotations

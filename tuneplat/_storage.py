@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
+from ._settings import env_seconds, env_str
+
 __all__ = [
     "CheckpointStore",
     "FsspecCheckpointStore",
@@ -299,7 +301,7 @@ class Storage:
 
 
 def _cache_root() -> str:
-    return os.environ.get("TUNEPLAT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuneplat")
+    return env_str("TUNEPLAT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tuneplat")
 
 
 def local_cache_for(url: str) -> str:
@@ -515,7 +517,7 @@ class ExperimentSync:
         self.local_dir = local_dir
         self.fs = fs
         self.remote_dir = remote_dir
-        self.period_s = float(os.environ.get("TUNEPLAT_SYNC_PERIOD_S", "10")) if period_s is None else period_s
+        self.period_s = env_seconds("TUNEPLAT_SYNC_PERIOD_S", 10) if period_s is None else period_s
         self._seen: dict[str, tuple[int, float]] = {}
         self._thread: threading.Thread | None = None
         self._last = 0.0
@@ -587,6 +589,9 @@ class CheckpointStore:
     """
 
     filesystem: Any = None
+    #: each call is a network round trip or more (object stores): the tuner runs commits, deletions and copies
+    #: on its I/O threads so that one slow request never delays another trial's decision
+    slow: bool = False
 
     def trial_url(self, trial_path: str) -> str | None:
         """The trial's folder on remote storage (None: checkpoints live in ``trial_path``)."""
@@ -623,6 +628,8 @@ class LocalCheckpointStore(CheckpointStore):
 
 
 class FsspecCheckpointStore(CheckpointStore):
+    slow = True
+
     def __init__(self, fs: Any, remote_dir: str) -> None:
         self.filesystem = fs
         self.remote_dir = remote_dir

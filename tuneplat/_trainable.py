@@ -98,7 +98,7 @@ class Trainable:
             self._time_total: float = float(session.spec.time_offset)
         else:
             self._trial_id = self._trial_name = "default"
-            self._logdir = tempfile.mkdtemp(prefix=f"{type(self).__name__}_")
+            self._logdir = ""  # made when first asked for (a temporary folder, removed by stop())
             self._iteration = 0
             self._time_total = 0.0
         self._iterations_since_restore = 0
@@ -156,13 +156,16 @@ class Trainable:
 
     @property
     def logdir(self) -> str:
-        """The trial's folder."""
+        """The trial's folder (outside a tuner: a temporary folder that :meth:`stop` removes)."""
+        if not self._logdir:
+            self._logdir = tempfile.mkdtemp(prefix=f"{type(self).__name__}_")
+            self._own_logdir = True
         return self._logdir
 
     @property
     def trial_dir(self) -> str:
         """The trial's folder (the same as :attr:`logdir`)."""
-        return self._logdir
+        return self.logdir
 
     def get_config(self) -> dict[str, Any]:
         return self.config
@@ -241,7 +244,11 @@ class Trainable:
 
     def stop(self) -> None:
         """End the trainable: calls :meth:`cleanup`."""
-        self.cleanup()
+        try:
+            self.cleanup()
+        finally:
+            if getattr(self, "_own_logdir", False):
+                shutil.rmtree(self._logdir, ignore_errors=True)
 
     def reset(self, new_config: dict[str, Any], logger_creator: Any = None, storage: Any = None) -> bool:
         """Ray's actor reuse: :meth:`reset_config`, and on success start counting anew."""
@@ -334,6 +341,8 @@ class TrainableFunction:
             trainable.restore(session.checkpoint)
             # training_iteration counts the trial's own reports (a PBT clone's metadata has the source's)
             trainable._iteration = session.iteration
+        from .train._session import StopTrial
+
         while True:
             result = trainable.train()
             if self._wants_checkpoint(trainable, result):
@@ -344,9 +353,27 @@ class TrainableFunction:
                 finally:
                     shutil.rmtree(folder, ignore_errors=True)
             else:
-                session.report(result)
+                try:
+                    session.report(result)
+                except StopTrial:
+                    self._save_if_asked(trainable, session)  # the last step, marked by a callback: keep it
+                    raise
+                self._save_if_asked(trainable, session)
             if result.get("done"):
                 return
+
+    @staticmethod
+    def _save_if_asked(trainable: Trainable, session: Any) -> None:
+        """The tuner's answer asked for a checkpoint of this step (a callback set ``should_checkpoint``, as in
+        Ray's custom_checkpointing_with_callback example): save it now, after the report."""
+        if not session.save_requested:
+            return
+        folder = tempfile.mkdtemp(prefix="tuneplat_trainable_")
+        try:
+            trainable.save(folder)
+            session.save_late(folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def __repr__(self) -> str:
         return f"TrainableFunction({self.__qualname__})"

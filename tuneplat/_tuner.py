@@ -10,7 +10,8 @@ from typing import Any
 
 from ._config import RunConfig, ScalingConfig, TuneConfig
 from ._function import report_returns
-from ._restore import TunerStateError, load_tuner_state, prepare_resume, restore_problem, save_tuner_state
+from ._mainguard import check_main_guard
+from ._restore import TunerStateError, load_trials, load_tuner_state, prepare_resume, restore_problem, save_tuner_state
 from ._result import Result, ResultGrid, TrialError
 from ._storage import (
     CheckpointStore,
@@ -29,10 +30,14 @@ from ._trainable import Trainable, TrainableFunction, for_run
 from ._trial import Trial, TrialStatus
 from ._user_callbacks import adapt_callbacks
 from ._wrappers import resources_of
+from .air.integrations.mlflow import mirror_config, target_callbacks
 from .core import ExperimentLock, TuneError, TuneLoop
 from .execution._dask_executor import DaskTrialExecutor
 from .execution._executor import TrialExecutor
+from .logger import default_file_loggers
 from .search._space import validate_space
+from .tracking import make_callbacks
+from .train._trainer import DataParallelTrainer, _with_loop_config
 
 __all__ = ["Tuner"]
 
@@ -59,6 +64,20 @@ def _check_picklable(trainable: Any) -> None:
 
 def _local_path(storage_path: str | None) -> str:
     return resolve_storage_path(storage_path)
+
+
+def rerun_note(experiment_dir: str, name: str, kept: str) -> str:
+    """One line for a new run in a folder that already held this experiment: how to continue or keep apart.
+
+    A folder started by ``tuneplat run`` (it holds ``sweep.yaml``) gets the command-line
+    advice; one started from Python gets the API's.
+    """
+    if os.path.isfile(os.path.join(experiment_dir, "sweep.yaml")):
+        how = f"to continue it instead: tuneplat resume {experiment_dir}; to keep runs apart: --name NEW_NAME"
+    else:
+        how = (f"to continue it instead: Tuner.restore({experiment_dir!r}, trainable); to keep runs apart: "
+               "RunConfig(name=...)")
+    return f"{experiment_dir} already held experiment {name!r}: starting it afresh (the old journal is kept as {kept}); {how}."
 
 
 class Tuner:
@@ -93,7 +112,6 @@ class Tuner:
                  tune_config: TuneConfig | None = None, run_config: RunConfig | None = None,
                  scaling_config: ScalingConfig | None = None, client: Any = None,
                  executor: TrialExecutor | None = None, _resume: tuple[Any, ...] | None = None) -> None:
-        from .train._trainer import TorchTrainer, _with_loop_config
 
         if trainable is None:
             raise TypeError("Tuner needs a trainable: a function fn(config) that calls tuneplat.report(...).")
@@ -101,7 +119,13 @@ class Tuner:
         self.run_config = run_config or RunConfig()
         self.param_space = dict(param_space or {})
         self.scaling_config = scaling_config
-        if isinstance(trainable, TorchTrainer):
+        if isinstance(self.param_space.get("scaling_config"), ScalingConfig):
+            # Ray Train's Tuner guide: param_space={"scaling_config": ScalingConfig(...), "train_loop_config": ...}
+            self.scaling_config = scaling_config = self.param_space.pop("scaling_config")
+        elif "scaling_config" in self.param_space and isinstance(trainable, DataParallelTrainer):
+            raise TypeError(f"param_space['scaling_config'] is {self.param_space['scaling_config']!r}; it must be "
+                            "a ScalingConfig(...) (the same for every trial).")
+        if isinstance(trainable, DataParallelTrainer):
             self.scaling_config = scaling_config or trainable.scaling_config
             base = dict(trainable.train_loop_config or {})
             loop_space = self.param_space.get("train_loop_config", {})
@@ -131,6 +155,8 @@ class Tuner:
             raise TypeError(f"tune_config must be a tuneplat.TuneConfig, got {type(self.tune_config).__name__}")
         if not isinstance(self.run_config, RunConfig):
             raise TypeError(f"run_config must be a tuneplat.RunConfig, got {type(self.run_config).__name__}")
+
+        self.run_config = mirror_config(self.run_config)  # an MLflowLoggerCallback aims the built-in MLflow mirror
         validate_space(self.param_space)
         adapt_callbacks(self.run_config.callbacks)  # refuse a wrong callback now, not at fit()
         fn = for_run(fn, self.tune_config, self.run_config)  # a Trainable class: its checkpoint policy
@@ -168,6 +194,7 @@ class Tuner:
             self.experiment_dir = os.path.join(root, name)
             self._remote_dir = storage.remote_experiment(name)
         self._results: ResultGrid | None = None
+        self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
 
     def fit(self) -> ResultGrid:
         """Run the experiment to the end; returns every trial's :class:`Result`.
@@ -176,16 +203,19 @@ class Tuner:
         ``result.error``. Ctrl-C ends running trials and returns what finished;
         the experiment can be continued with :meth:`Tuner.restore`.
         """
-        from ._mainguard import check_main_guard
-        from .tracking import make_callbacks
 
         executor = self._executor
         if executor is None:
-            check_main_guard(self.client, self.run_config.address)  # before any worker process imports the script
-            executor = DaskTrialExecutor(self.client, self.run_config.address)
+            check_main_guard(self.client, self.run_config.address, self._caller)  # a process spawned by the user
+            rc = self.run_config
+            executor = DaskTrialExecutor(self.client, rc.address, security=rc.security, tuner_host=rc.tuner_host,
+                                         tuner_port=rc.tuner_port)
         with ExperimentLock(self.experiment_dir):  # refuse a second Tuner on this experiment before touching it
-            callbacks = (make_callbacks(self.run_config, self.experiment_name)
-                         + adapt_callbacks(self.run_config.callbacks))
+            callbacks = make_callbacks(self.run_config, self.experiment_name)
+            if callbacks:  # the MLflow mirror: where it logs, for setup_mlflow() in the trials
+                callbacks += target_callbacks(self.run_config)
+            # Ray's per-trial progress.csv and TensorBoard files, then the user's callbacks
+            callbacks += default_file_loggers(self.run_config.callbacks) + adapt_callbacks(self.run_config.callbacks)
             syncer = None
             if self._remote_dir is not None:
                 store: CheckpointStore = FsspecCheckpointStore(self._storage_fs, self._remote_dir)
@@ -223,7 +253,11 @@ class Tuner:
         ``Tuner.restore`` sees only the new run's trials.
         """
         journal = os.path.join(self.experiment_dir, "journal.jsonl")
-        kept = os.path.join(self.experiment_dir, f"journal.{datetime.datetime.now():%Y%m%d-%H%M%S-%f}.jsonl.old")
+        stamp = f"{datetime.datetime.now():%Y%m%d-%H%M%S-%f}"
+        kept = os.path.join(self.experiment_dir, f"journal.{stamp}.jsonl.old")
+        study = os.path.join(self.experiment_dir, "optuna_journal.log")  # the old study is kept too
+        if os.path.isfile(study):
+            os.replace(study, os.path.join(self.experiment_dir, f"optuna_journal.{stamp}.log.old"))
         if self._remote_dir is not None:  # the local cache was emptied: the remote copy is the one to keep
             remote = f"{self._remote_dir}/journal.jsonl"
             if not self._storage_fs.exists(remote):
@@ -233,17 +267,13 @@ class Tuner:
             return
         else:
             os.replace(journal, kept)
-        logger.warning("tuneplat: %s already held an experiment named %r; this run starts a new journal and the "
-                       "previous one is kept as %s. To continue that experiment instead, use Tuner.restore(%r, ...); "
-                       "to keep runs apart, give each a new RunConfig(name=...).", self.experiment_dir,
-                       self.experiment_name, os.path.basename(kept), self.experiment_dir)
+        logger.warning("tuneplat: %s", rerun_note(self.experiment_dir, self.experiment_name, os.path.basename(kept)))
 
     def get_results(self) -> ResultGrid:
         """The results of the last :meth:`fit` (or of the restored experiment)."""
         if self._results is None:
-            from ._restore import load_trials
 
-            trials, meta = load_trials(self.experiment_dir, self._storage_fs)
+            trials, meta = load_trials(self.experiment_dir, self._storage_fs, trusted=True)  # our own, or restored
             self._results = result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
                                          self._storage_fs, self._remote_dir)
         return self._results

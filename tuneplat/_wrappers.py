@@ -21,7 +21,7 @@ from typing import Any
 
 from ._config import ScalingConfig
 
-__all__ = ["ParameterizedTrainable", "resources_of", "with_parameters", "with_resources"]
+__all__ = ["ParameterizedTrainable", "PlacementGroupFactory", "resources_of", "with_parameters", "with_resources"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -175,6 +175,50 @@ def _scaling_from_dict(resources: Mapping[str, Any]) -> ScalingConfig:
     return ScalingConfig(num_workers=1, resources_per_worker=per_worker)
 
 
+class PlacementGroupFactory:
+    """Ray's resource bundles for one trial (``ray.tune.PlacementGroupFactory``), for :func:`with_resources`.
+
+    A Tune function trainable runs in one process that holds every bundle
+    (Ray gives the extra bundles to actors the trainable starts itself); here
+    that is one rank with the bundles' sum: ``PlacementGroupFactory([{"CPU": 1},
+    {"CPU": 2}])`` is ``{"CPU": 3}``. For several ranks joined by
+    torch.distributed, use a ``ScalingConfig(num_workers=...)``.
+
+    Args:
+        bundles: a non-empty list of dicts like ``{"CPU": 1, "GPU": 0.5}``.
+        strategy: ``"PACK"``, ``"SPREAD"``, ``"STRICT_PACK"``, ``"STRICT_SPREAD"`` (accepted).
+
+    Example:
+        >>> PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}]).required_resources
+        {'CPU': 3.0}
+    """
+
+    def __init__(self, bundles: list[Mapping[str, float]], strategy: str = "PACK", *args: Any, **kwargs: Any) -> None:
+        if not isinstance(bundles, (list, tuple)) or not bundles or not all(isinstance(b, Mapping) for b in bundles):
+            raise ValueError(f"The value of `bundles` is {bundles!r}, but must be a non-empty list of dicts like "
+                             "[{'CPU': 1}].")
+        if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+            raise ValueError(f"The value of `strategy` is {strategy!r}, but must be 'PACK', 'SPREAD', "
+                             "'STRICT_PACK' or 'STRICT_SPREAD'.")
+        self.bundles = [dict(b) for b in bundles]
+        self.strategy = strategy
+
+    @property
+    def required_resources(self) -> dict[str, float]:
+        """The bundles' sum (what the trial's one rank asks for)."""
+        total: dict[str, float] = {}
+        for bundle in self.bundles:
+            for key, value in bundle.items():
+                name = str(key).upper() if str(key).lower() in ("cpu", "gpu") else str(key)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                    raise ValueError(f"PlacementGroupFactory bundle {bundle!r}: {key!r} must be a number >= 0.")
+                total[name] = total.get(name, 0.0) + float(value)
+        return total
+
+    def __repr__(self) -> str:
+        return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"
+
+
 def with_resources(trainable: Callable[..., Any],
                    resources: Mapping[str, float] | ScalingConfig) -> ParameterizedTrainable:
     """Say what every trial of the trainable needs (``ray.tune.with_resources``).
@@ -195,7 +239,8 @@ def with_resources(trainable: Callable[..., Any],
 
     Raises:
         TypeError: a callable ``resources`` (one per config: not supported; use
-            the largest need), a PlacementGroupFactory, or another type.
+            the largest need), or another type. A :class:`PlacementGroupFactory`
+            is one rank with its bundles' sum.
         ValueError: a negative or non-numeric amount.
 
     Example:
@@ -208,15 +253,17 @@ def with_resources(trainable: Callable[..., Any],
     fn, wrapped = _unwrap(trainable, "with_resources()")
     if isinstance(resources, ScalingConfig):
         scaling = resources
+    elif isinstance(resources, PlacementGroupFactory):
+        scaling = _scaling_from_dict(resources.required_resources)
     elif isinstance(resources, Mapping):
         scaling = _scaling_from_dict(resources)
     elif callable(resources):
         raise TypeError("with_resources() with a function of the config is not supported: every trial of a Tuner "
-                        "asks for the same resources. Pass the largest need as a dict, e.g. {'cpu': 2, 'gpu': 1}.")
+                        "asks for the same resources (tuneplat has no per-trial resources yet). Pass the largest "
+                        "need as a dict, e.g. {'cpu': 2, 'gpu': 1}, or run one Tuner per resource size.")
     else:
-        raise TypeError(f"with_resources() takes a dict like {{'cpu': 2, 'gpu': 0.5}} or a ScalingConfig, got "
-                        f"{type(resources).__name__} (a PlacementGroupFactory's bundles map to "
-                        "ScalingConfig(num_workers=len(bundles), resources_per_worker=bundle)).")
+        raise TypeError(f"with_resources() takes a dict like {{'cpu': 2, 'gpu': 0.5}}, a PlacementGroupFactory or a "
+                        f"ScalingConfig, got {type(resources).__name__}.")
     if wrapped is not None:
         return wrapped._copy(_tuneplat_resources=scaling)
     return ParameterizedTrainable(fn, resources=scaling)

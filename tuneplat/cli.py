@@ -37,6 +37,7 @@ examples:
   tuneplat resume ./tuneplat_results/digits-asha
   tuneplat status ./tuneplat_results/digits-asha --json
   tuneplat best ./tuneplat_results/digits-asha
+  tuneplat plot ./tuneplat_results/digits-asha               # PNG plots into <experiment>/plots
 
 Sweep files (YAML or TOML, or a Weights & Biases sweep file) are described in
 docs/sweep-files.md.
@@ -102,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--address", help="Dask scheduler to run on, e.g. tcp://10.0.0.5:8786 (default: an embedded LocalCluster)"
     )
+    cluster_options(run)
     run.add_argument("--storage-path", help="folder holding experiments (run.storage_path)")
     run.add_argument("--name", help="experiment name (the folder under the storage path)")
     run.add_argument("--dry-run", action="store_true", help="validate and print the first configs; run nothing")
@@ -121,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("experiment_dir")
     res.add_argument("--trainable", metavar="MODULE:FUNCTION", help="the function to run (default: from sweep.yaml)")
     res.add_argument("--address", help="Dask scheduler to run on (default: as when started, else embedded)")
+    cluster_options(res)
     res.add_argument("--resume-errored", action="store_true", help="retry ERROR trials from their latest checkpoint")
     res.add_argument("--restart-errored", action="store_true", help="rerun ERROR trials from scratch")
     common_output(res)
@@ -128,13 +131,18 @@ def _parser() -> argparse.ArgumentParser:
     st = sub.add_parser(
         "status",
         help="trials table of an experiment",
-        description="Print the trials of an experiment folder (read from its journal).",
-        epilog="examples:\n  tuneplat status ./tuneplat_results/digits-asha\n"
+        description="Print the trials of an experiment folder (read from its journal), one trial in full, "
+        "or the experiments of a storage path.",
+        epilog="examples:\n  tuneplat status ./tuneplat_results                      # the experiments there\n"
+        "  tuneplat status ./tuneplat_results/digits-asha\n"
+        "  tuneplat status ./tuneplat_results/digits-asha --trial 5ae03_00003   # error, stop reason, metrics\n"
+        "  tuneplat status ./tuneplat_results/digits-asha --csv trials.csv      # the table for a spreadsheet\n"
         "  tuneplat status ./tuneplat_results/digits-asha --json | jq '.trials[0]'",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    st.add_argument("experiment_dir")
+    st.add_argument("experiment_dir", help="an experiment folder, or a storage path (lists its experiments)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    _status_options(st)
 
     best = sub.add_parser(
         "best",
@@ -168,7 +176,35 @@ def _parser() -> argparse.ArgumentParser:
                      help="a scheduler setting, e.g. --set grace_period=2 (repeatable; values read as YAML)")
     sim.add_argument("--slots", type=int, help="trials at once (default: as many as the recorded run had)")
     sim.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_plot_parser(sub)
     return parser
+
+
+def _add_plot_parser(sub: Any) -> None:
+    from .plot import KINDS
+
+    p = sub.add_parser(
+        "plot",
+        help="draw an experiment's plots as PNG files",
+        description="Draw the plots of an experiment folder (read from its journal) as PNG files and print their "
+        "paths: learning curves with the scheduler's stop/pause/clone points, optimization history, parameter "
+        "importances, parallel coordinates, intermediate values, PBT lineage, the decisions timeline and the "
+        "Pareto front. Without --kind, every plot that applies to the experiment is drawn.",
+        epilog="examples:\n  tuneplat plot ./tuneplat_results/digits-asha\n"
+        "  tuneplat plot ./tuneplat_results/digits-asha --kind curves --kind importance --out /tmp/plots\n"
+        "  tuneplat plot ./exp --metric val_accuracy --mode max\n"
+        "kinds: " + ", ".join(KINDS) + " (or curves, history, importance, parallel, intermediate, lineage, "
+        "timeline, pareto)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("experiment_dir", help="the experiment folder, <storage_path>/<name> (local or a remote URL)")
+    p.add_argument("--kind", dest="kinds", action="append", metavar="KIND",
+                   help="a plot to draw (repeatable, or comma-separated; default: every plot that applies)")
+    p.add_argument("--metric", help="metric to draw (default: the experiment's)")
+    p.add_argument("--mode", choices=("min", "max"), help="min or max (default: the experiment's)")
+    p.add_argument("--out", metavar="DIR", help="folder for the PNG files (default: <experiment>/plots)")
+    p.add_argument("--dpi", type=int, default=110, help="resolution of the PNG files (default 110)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (files and skipped kinds)")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -187,7 +223,14 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _quiet_libraries(verbose: bool) -> None:
-    """Libraries configure their loggers when first imported: call again after imports."""
+    """Libraries configure their loggers when first imported: call again after imports.
+
+    ``distributed`` sets its logger to INFO on import; it is imported here first, so that
+    a later import (when the cluster starts) cannot undo this (no "Connection ... has been
+    closed." INFO line at the end of a run).
+    """
+    import distributed  # noqa: F401
+
     for noisy in ("distributed", "optuna", "mlflow"):
         logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.WARNING)
 
@@ -242,6 +285,28 @@ def _load(path: str, overrides: list[str]) -> Any:
         raise _Fail(str(exc)) from None
 
 
+def cluster_options(parser: argparse.ArgumentParser) -> None:
+    """TLS files and the tuner's address: what a multi-host cluster needs (docs/multi-host.md)."""
+    parser.add_argument("--tls-ca-file", metavar="FILE", help="the TLS cluster's CA certificate (run.tls.ca_file)")
+    parser.add_argument("--tls-cert", metavar="FILE", help="this client's certificate (run.tls.cert)")
+    parser.add_argument("--tls-key", metavar="FILE", help="this client's private key (run.tls.key)")
+    parser.add_argument("--tuner-host", metavar="HOST", help="the address workers reach the tuner at (run.tuner_host)")
+    parser.add_argument("--tuner-port", metavar="PORT[-LAST]",
+                        help="the tuner's result port or range, e.g. 8790-8799 (run.tuner_port)")
+
+
+def _cluster_overrides(args: argparse.Namespace) -> list[str]:
+    out = []
+    for opt, key in (("tls_ca_file", "run.tls.ca_file"), ("tls_cert", "run.tls.cert"), ("tls_key", "run.tls.key"),
+                     ("tuner_host", "run.tuner_host")):
+        if getattr(args, opt, None):
+            out.append(f"{key}={json.dumps(getattr(args, opt))}")
+    port = getattr(args, "tuner_port", None)
+    if port:
+        out.append(f"run.tuner_port={json.dumps(int(port) if port.isdigit() else port)}")
+    return out
+
+
 def _cli_overrides(args: argparse.Namespace) -> list[str]:
     """Command-line options are --set overrides in disguise (same validation, one code path)."""
     out = list(args.overrides)
@@ -251,6 +316,7 @@ def _cli_overrides(args: argparse.Namespace) -> list[str]:
         out.append(f"run.storage_path={json.dumps(args.storage_path)}")
     if args.address:
         out.append(f"run.address={json.dumps(args.address)}")
+    out += _cluster_overrides(args)
     if args.verbose:
         out.append("run.verbose=2")
     if args.quiet:
@@ -297,11 +363,13 @@ def _save_sweep(sweep: Any, experiment_dir: str, remote_dir: str | None = None) 
         )
 
 
-def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any) -> int:
+def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any, verbose: int = 0) -> int:
+    """The exit status of a run; with ``-q`` (verbose 0) also the two summary lines (else the live view's end says it)."""
     n, n_err = len(results), results.num_errors
     status = _experiment_end_status(experiment_dir)
-    _out(f"tuneplat: {n} trials: {results.num_terminated} TERMINATED, {n_err} ERROR — {experiment_dir}")
-    if isinstance(metric, str) and mode in ("min", "max") and n > n_err:
+    if verbose < 1:
+        _out(f"tuneplat: {n} trials: {results.num_terminated} TERMINATED, {n_err} ERROR — {experiment_dir}")
+    if verbose < 1 and isinstance(metric, str) and mode in ("min", "max") and n > n_err:
         try:
             best = results.get_best_result(metric, mode)
             _out(
@@ -321,7 +389,8 @@ def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any) -> int:
             EXIT_FAILED,
         )
     if status == "failed":
-        raise _Fail(f"experiment stopped at the first trial error (fail_fast) — {experiment_dir}", EXIT_FAILED)
+        first = str(results.errors[0]).splitlines()[0] if results.errors else "see tuneplat status"
+        raise _Fail(f"experiment stopped at the first trial error: {first} — {experiment_dir}", EXIT_FAILED)
     return EXIT_OK
 
 
@@ -357,7 +426,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise _Fail(f"{args.sweep_file}: {str(exc).splitlines()[0]}") from None
     _save_sweep(sweep, tuner.experiment_dir, tuner._remote_dir)
     results = _fit(tuner)
-    return _summary(results, tuner.experiment_dir, tuner.tune_config.metric, tuner.tune_config.mode)
+    return _summary(results, tuner.experiment_dir, tuner.tune_config.metric, tuner.tune_config.mode,
+                    tuner.run_config.verbose)
 
 
 def _describe_obj(obj: Any) -> str:
@@ -473,6 +543,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     overrides = []
     if args.address:
         overrides.append(f"run.address={json.dumps(args.address)}")
+    overrides += _cluster_overrides(args)
     if args.verbose:
         overrides.append("run.verbose=2")
     if args.quiet:
@@ -511,7 +582,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     if not kwargs and (args.verbose or args.quiet):
         tuner.run_config.verbose = 2 if args.verbose else 0
     results = _fit(tuner)
-    return _summary(results, path, tuner.tune_config.metric, tuner.tune_config.mode)
+    return _summary(results, path, tuner.tune_config.metric, tuner.tune_config.mode, tuner.run_config.verbose)
 
 
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
@@ -529,7 +600,7 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     except JournalError as exc:
         raise _Fail(str(exc).splitlines()[0]) from None
     meta = dict(meta)
-    meta["status"] = _experiment_end_status(path) or "running or crashed"
+    meta["status"] = "running" if _is_running(path) else (_experiment_end_status(path) or "crashed (resumable)")
     meta["path"] = url or path
     return result_grid(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
 
@@ -550,12 +621,171 @@ def _trial_json(r: Any) -> dict[str, Any]:
     }
 
 
+def _status_options(st: argparse.ArgumentParser) -> None:
+    st.add_argument("--trial", metavar="ID", help="show one trial in full: config, last result, error with its "
+                    "traceback, stop reason, checkpoint, MLflow run")
+    st.add_argument("--csv", nargs="?", const="-", metavar="FILE",
+                    help="write the trials table (config and last result flattened) as CSV to FILE (- or no "
+                    "FILE: standard output)")
+
+
+def _is_running(experiment_dir: str) -> bool:
+    """Whether a live process holds the experiment's in-use lock (see core/_lock.py)."""
+    from .core._lock import LOCK_NAME
+
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return False
+    try:
+        fd = os.open(os.path.join(experiment_dir, LOCK_NAME), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # (closing releases a lock this call took)
+    return False
+
+
+def _experiments_in(storage_path: str) -> list[str]:
+    """Experiment folders directly under a local storage path (those holding a journal)."""
+    try:
+        names = sorted(os.listdir(storage_path))
+    except OSError:
+        return []
+    return [os.path.join(storage_path, n) for n in names
+            if os.path.isfile(os.path.join(storage_path, n, "journal.jsonl"))]
+
+
+def _status_storage(storage_path: str, experiments: list[str], as_json: bool) -> int:
+    """``tuneplat status <storage_path>``: one line per experiment."""
+    import datetime
+
+    rows: list[dict[str, Any]] = []
+    for exp in experiments:
+        try:
+            grid, meta = _load_grid(exp)
+        except _Fail as exc:
+            rows.append({"name": os.path.basename(exp), "path": exp, "status": f"unreadable: {exc}", "trials": 0,
+                         "counts": {}, "metric": None, "best": None, "last_change": None})
+            continue
+        metric, mode = meta.get("metric"), meta.get("mode")
+        best = None
+        if isinstance(metric, str) and mode in ("min", "max"):
+            try:
+                b = grid.get_best_result(metric, mode)
+                best = {"trial_id": b.trial_id, "value": _jsonable(b.metrics.get(metric))}
+            except ValueError:
+                pass
+        mtime = max(os.path.getmtime(os.path.join(exp, f)) for f in os.listdir(exp)
+                    if os.path.isfile(os.path.join(exp, f)))
+        counts: dict[str, int] = {}
+        for r in grid:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        rows.append({"name": meta.get("name") or os.path.basename(exp), "path": exp, "status": meta["status"],
+                     "trials": len(grid), "counts": dict(sorted(counts.items())), "metric": metric, "best": best,
+                     "last_change": datetime.datetime.fromtimestamp(mtime).isoformat(timespec="seconds")})
+    rows.sort(key=lambda r: r["last_change"] or "", reverse=True)
+    if as_json:
+        _out(json.dumps({"storage_path": storage_path, "experiments": rows}, indent=2))
+        return EXIT_OK
+    _out(f"== {len(rows)} experiment(s) in {storage_path} (newest first) ==")
+    table = []
+    for r in rows:
+        counts_text = ", ".join(f"{n} {s}" for s, n in r["counts"].items())
+        best_text = f"{r['metric']}={_fmt(r['best']['value'])} ({r['best']['trial_id']})" if r["best"] else "-"
+        table.append([r["name"], r["status"], f"{r['trials']}" + (f" ({counts_text})" if counts_text else ""), best_text,
+                      (r["last_change"] or "-").replace("T", " ")])
+    _out(_table(["experiment", "status", "trials", "best", "last change"], table))
+    _out(f"details: tuneplat status {rows[0]['path'] if rows else os.path.join(storage_path, 'NAME')}")
+    return EXIT_OK
+
+
+def _status_csv(grid: Any, target: str) -> int:
+    """The trials table as CSV: id, status, iteration, note, then config/... and the last result's values."""
+    import csv
+
+    from .search import flatten_dict
+
+    rows = []
+    for r in grid:
+        row: dict[str, Any] = {"trial_id": r.trial_id, "status": r.status,
+                               "iteration": r.metrics.get("training_iteration", 0),
+                               "error": str(r.error).splitlines()[0] if r.error else "",
+                               "stop_reason": r.stop_reason or "", "mlflow_run_id": r.mlflow_run_id or "",
+                               "checkpoint": r.checkpoint.path if r.checkpoint is not None else "", "path": r.path}
+        row.update({f"config/{k}": v for k, v in flatten_dict(r.config).items()})
+        row.update({k: v for k, v in flatten_dict(r.metrics).items() if k not in row and not isinstance(v, list)})
+        rows.append(row)
+    fields: list[str] = []
+    for row in rows:
+        fields += [k for k in row if k not in fields]
+    f = sys.stdout if target == "-" else open(target, "w", newline="", encoding="utf-8")  # noqa: SIM115
+    try:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    finally:
+        if f is not sys.stdout:
+            f.close()
+    if target != "-":
+        print(f"tuneplat: wrote {len(rows)} trials to {target}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool) -> int:
+    """One trial in full: nothing cut (the error with its traceback, the stop reason, every metric)."""
+    found = [r for r in grid if r.trial_id == trial_id or os.path.basename(r.path) == trial_id]
+    if not found:
+        ids = ", ".join(r.trial_id for r in list(grid)[:8])
+        raise _Fail(f"--trial {trial_id}: no such trial in {meta['path']} (trials: {ids}"
+                    f"{', …' if len(grid) > 8 else ''})")
+    r = found[0]
+    if as_json:
+        info = _trial_json(r)
+        info["error"] = str(r.error) if r.error else None
+        info["history"] = _jsonable(r._history)
+        _out(json.dumps(info, indent=2))
+        return EXIT_OK
+    _out(f"trial        {r.trial_id} ({r.status}) of {meta.get('name') or meta['path']}")
+    _out(f"iterations   {r.metrics.get('training_iteration', 0)} ({len(r._history)} results)")
+    _out(f"config       {json.dumps(_jsonable(r.config), sort_keys=True)}")
+    shown = {k: v for k, v in r.metrics.items() if not isinstance(v, (dict, list))}
+    _out(f"last result  {json.dumps(_jsonable(shown), sort_keys=True)}")
+    if r.stop_reason:
+        _out(f"stop reason  {r.stop_reason}")
+    _out(f"checkpoint   {r.checkpoint.path if r.checkpoint is not None else '-'}")
+    _out(f"mlflow run   {r.mlflow_run_id or '-'}")
+    _out(f"trial folder {r.path}")
+    for step in r.lineage:
+        _out(f"lineage      {json.dumps(_jsonable(step), sort_keys=True)}")
+    if r.error:
+        _out("error:")
+        _out(str(r.error))
+    return EXIT_OK
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from collections import Counter
 
     from .search import flatten_dict
 
-    grid, meta = _load_grid(args.experiment_dir)
+    target = args.experiment_dir
+    if os.path.isdir(target) and not os.path.isfile(os.path.join(target, "journal.jsonl")):
+        experiments = _experiments_in(target)
+        if experiments:
+            if args.trial or args.csv:
+                raise _Fail(f"{target} is a storage path holding {len(experiments)} experiment(s); --trial and --csv "
+                            f"need one of them, e.g. tuneplat status {experiments[0]} --csv")
+            return _status_storage(target, experiments, args.json)
+    grid, meta = _load_grid(target)
+    if args.trial:
+        return _status_trial(grid, meta, args.trial, args.json)
+    if args.csv:
+        return _status_csv(grid, args.csv)
     counts = dict(sorted(Counter(r.status for r in grid).items()))
     if args.json:
         _out(
@@ -585,7 +815,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     rows = []
     for r in grid:
         flat = flatten_dict(r.config)
-        note = (str(r.error).splitlines()[0] if r.error else r.stop_reason) or ""
+        note = (str(r.error).splitlines()[0] if r.error else r.stop_reason) or ""  # whole: it is the last column
         rows.append(
             [
                 r.trial_id,
@@ -593,7 +823,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 str(r.metrics.get("training_iteration", 0)),
                 *[_fmt(r.metrics.get(m, "")) for m in metrics],
                 *[_fmt(flat.get(k, "")) for k in keys],
-                _fmt(note),
+                note,
             ]
         )
     head = " | ".join(f"{n} {s}" for s, n in counts.items())
@@ -615,19 +845,22 @@ def _cmd_best(args: argparse.Namespace) -> int:
         best = grid.get_best_result(metric, mode, scope=args.scope)
     except ValueError as exc:
         raise _Fail(str(exc).splitlines()[0]) from None
+    value = _scope_value(best, metric, mode, args.scope)
     info = {
         "experiment": meta["path"],
         "metric": metric,
         "mode": mode,
         "scope": args.scope,
-        "value": _jsonable(best.metrics.get(metric)),
+        "value": _jsonable(value),
         **_trial_json(best),
     }
     if args.json:
         _out(json.dumps(info, indent=2))
         return EXIT_OK
     _out(f"best trial   {best.trial_id} ({best.status}) by {metric} ({mode}, scope {args.scope})")
-    _out(f"{metric:<12} {_fmt(best.metrics.get(metric))}")
+    last = best.metrics.get(metric)
+    detail = "" if args.scope == "last" or value == last else f"   (scope {args.scope}; its last value: {_fmt(last)})"
+    _out(f"{metric:<12} {_fmt(value)}{detail}")
     _out(f"config       {json.dumps(_jsonable(best.config), sort_keys=True)}")
     shown = {k: v for k, v in best.metrics.items() if not isinstance(v, (dict, list))}
     _out(f"metrics      {json.dumps(_jsonable(shown), sort_keys=True)}")
@@ -635,6 +868,16 @@ def _cmd_best(args: argparse.Namespace) -> int:
     _out(f"mlflow run   {best.mlflow_run_id or '-'}")
     _out(f"trial folder {best.path}")
     return EXIT_OK
+
+
+def _scope_value(result: Any, metric: Any, mode: Any, scope: str) -> Any:
+    """The value that ranked ``result`` under ``scope``: its best ever for "all", its average for "avg"."""
+    from ._result import _score
+
+    if scope == "last":
+        return result.metrics.get(metric)
+    score = _score(result, metric, mode, scope)
+    return score if mode == "min" or not math.isfinite(score) else -score
 
 
 def _pareto(grid: Any, metrics: list[str], modes: list[str], as_json: bool) -> int:
@@ -684,6 +927,30 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .plot import PlotError, load_experiment, save_plots
+
+    path, _fs, url = _fetch_remote(args.experiment_dir)
+    try:
+        exp = load_experiment(path)
+        exp.path = url or args.experiment_dir
+        kinds = [k for item in args.kinds for k in item.split(",") if k.strip()] if args.kinds else None
+        out = args.out or os.path.join(path, "plots")
+        saved = save_plots(exp, out, kinds, metric=args.metric, mode=args.mode, dpi=args.dpi)
+    except PlotError as exc:
+        raise _Fail(str(exc).splitlines()[0]) from None
+    except OSError as exc:
+        raise _Fail(f"--out {args.out or '(default)'}: cannot write the plots: {exc}") from None
+    if args.json:
+        print(json.dumps({"files": saved.files, "skipped": saved.skipped}, indent=2))
+        return EXIT_OK
+    for path_ in saved.files.values():
+        _out(path_)
+    for kind, why in saved.skipped.items():
+        print(f"tuneplat: {kind} not drawn: {why}", file=sys.stderr)
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tuneplat`` console script; returns the exit status.
 
@@ -698,7 +965,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     _setup_logging(getattr(args, "verbose", False))
     handler = {"run": _cmd_run, "resume": _cmd_resume, "status": _cmd_status, "best": _cmd_best,
-               "simulate": _cmd_simulate}[args.command]
+               "simulate": _cmd_simulate, "plot": _cmd_plot}[args.command]
     try:
         return handler(args)
     except _Fail as exc:
@@ -707,6 +974,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tuneplat: error: interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `tuneplat status ... | head`: the reader left, nothing to say
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at exit
+        except OSError:
+            pass
+        return EXIT_OK
     except Exception as exc:  # a bug, not bad input: one line, the traceback with -v
         if getattr(args, "verbose", False):
             import traceback

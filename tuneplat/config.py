@@ -455,9 +455,18 @@ class _Builder:
         path: Path = ("run",)
         run = self.section(path, data.get("run") or {}, _RUN_FIELDS, "run settings")
         kwargs: dict[str, Any] = {"name": data.get("name")}
-        for key in ("storage_path", "verbose", "address", "progress_interval_s", "log_to_file"):
+        for key in ("storage_path", "verbose", "address", "progress_interval_s", "log_to_file", "tuner_host",
+                    "tuner_port"):
             if key in run:
                 kwargs[key] = run[key]
+        if run.get("tls") is not None:
+            tls = self.section(path + ("tls",), run["tls"], _TLS_FIELDS, "TLS settings")
+            missing = [k for k in ("ca_file", "cert", "key") if not tls.get(k)]
+            if missing:
+                raise self.err(path + ("tls",), f"needs ca_file, cert and key (the cluster's CA and this client's "
+                                                f"certificate and key files); missing {missing}")
+            kwargs["security"] = {"tls_ca_file": tls["ca_file"], "tls_client_cert": tls["cert"],
+                                  "tls_client_key": tls["key"], "require_encryption": True}
         if run.get("storage_options") is not None:
             kwargs["storage_filesystem"] = self.storage_filesystem(run.get("storage_path"), run["storage_options"])
         if run.get("stop") is not None:
@@ -646,11 +655,17 @@ _RUN_FIELDS: dict[str, Field | None] = {
     ),
     "progress_interval_s": NUM_GT0,
     "log_to_file": BOOL,
+    "tls": None,
+    "tuner_host": OPT_STR,
+    "tuner_port": _f(lambda v: v is None or (_is_int(v) and 0 < v < 65536)
+                     or (isinstance(v, str) and v.replace("-", "", 1).isdigit()), "a port (8790) or a range '8790-8799'"),
 }
+_TLS_FIELDS: dict[str, Field | None] = {"ca_file": STR, "cert": STR, "key": STR}
 _MLFLOW_FIELDS: dict[str, Field | None] = {
     "tracking_uri": OPT_STR,
     "experiment_name": OPT_STR,
     "log_checkpoints": BOOL,
+    "log_plots": BOOL,
     "register_best_model": OPT_STR,
     "tags": STR_MAP,
 }
@@ -822,7 +837,7 @@ def apply_overrides(doc: Doc, overrides: Sequence[str], source_prefix: str = "--
     (``search.points_to_evaluate.0.lr=0.1``). The overridden keys get the
     override's position, so later errors point at the ``--set`` argument.
     """
-    for i, item in enumerate(overrides):
+    for _i, item in enumerate(overrides):
         source = f"{source_prefix} {item}" if source_prefix == "--set" else source_prefix
         key, eq, text = item.partition("=")
         parts = [p for p in key.strip().split(".")]

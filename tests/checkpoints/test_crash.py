@@ -46,7 +46,8 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_checkpoint(tmp_
     log.warning("crash test seed: %s", seed)
     rng = random.Random(seed)
     trial = str(tmp_path / "trial")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)), HERE]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)), HERE]),
+               TMPDIR=str(tmp_path))  # a SIGKILLed writer leaves its scratch folder: in the test's folder
     progress = []
     killed_mid_write = 0
     for round_ in range(ROUNDS):
@@ -82,7 +83,7 @@ def _is_whole_remote(fs, folder: str) -> bool:
 
 
 @pytest.mark.slow
-def test_sigkill_during_remote_checkpoint_writes_never_exposes_a_partial_checkpoint(s3, s3_endpoint):
+def test_sigkill_during_remote_checkpoint_writes_never_exposes_a_partial_checkpoint(s3, s3_endpoint, tmp_path):
     """The same on S3, where "rename" is a copy: only manifest-committed folders count, and they are whole."""
     from remote_crash_writer import committed
 
@@ -92,7 +93,8 @@ def test_sigkill_during_remote_checkpoint_writes_never_exposes_a_partial_checkpo
     rng = random.Random(seed)
     fs, url = s3
     trial = f"{url}/exp/trial"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)), HERE]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)), HERE]),
+               TMPDIR=str(tmp_path))  # a SIGKILLed writer leaves its scratch folder: in the test's folder
     progress = []
     killed_mid_write = 0
     for round_ in range(max(ROUNDS // 2, 4)):

@@ -89,8 +89,9 @@ def test_sweep_on_s3_keeps_checkpoints_there_with_retention(dask_client, s3, cac
     assert results.experiment_path == f"{url}/results/exp"
     assert r.path.startswith(f"{url}/results/exp/") and r.filesystem is fs
     fs.invalidate_cache()
-    assert _names(fs, r.path) == ["checkpoint_000001", "checkpoint_000003", "checkpoint_000005", "params.json",
-                                  "result.json"]
+    names = [n for n in _names(fs, r.path) if not n.startswith("events.out.tfevents.")]  # (Ray's TensorBoard file)
+    assert names == ["checkpoint_000001", "checkpoint_000003", "checkpoint_000005", "params.json", "progress.csv",
+                     "result.json"]
     assert r.checkpoint.path == f"{r.path}/checkpoint_000005" and r.checkpoint.filesystem is fs
     assert _state(r.checkpoint)["step"] == 5
     assert [m["score"] for _, m in r.best_checkpoints] == [5.0, 4.0, 3.0]

@@ -39,3 +39,12 @@ def gated(config: dict) -> None:
             with open(os.path.join(d, "state.json"), "w", encoding="utf-8") as f:
                 json.dump({"step": step}, f)
             tune.report({"loss": float(config["x"]) - step, "step": step}, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def dip(config: dict) -> None:
+    """``loss`` dips at step 2 then rises (best ever != last); ``fail=True`` raises a long error at step 1."""
+    for step, factor in enumerate([3.0, 1.0, 2.0, 2.5]):
+        if config.get("fail") and step == 1:
+            raise RuntimeError("this trial failed on purpose with a long message that a table column would cut: "
+                               "the full text must stay readable in the live view and in tuneplat status")
+        tune.report({"loss": factor * config["x"]})

@@ -28,7 +28,8 @@ CASES = [
      "max_t, metric, mode, reduction_factor, seed, stop_last_trials, time_attr, type"),
     ("unknown-key-toml", "s.toml", 'trainable = "examples.toy:learning_curve"\n[run]\nstorage = "x"\n',
      "s.toml:3:1: run.storage: unknown key (did you mean 'storage_path'?); expected one of: address, callbacks, "
-     "checkpoint, fail_fast, failure, log_to_file, max_failures, progress_interval_s, stop, storage_options, storage_path, verbose"),
+     "checkpoint, fail_fast, failure, log_to_file, max_failures, progress_interval_s, stop, storage_options, storage_path, tls, tuner_host, "
+     "tuner_port, verbose"),
     ("wrong-type", "s.yaml", T + "num_samples: many\n",
      "s.yaml:2:14: num_samples: got 'many' (a string); expected an int >= 1 (or -1 with time_budget_s)"),
     ("wrong-type-nested", "s.yaml", T + "scheduler:\n  type: asha\n  max_t: ten\n",

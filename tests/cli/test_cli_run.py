@@ -67,8 +67,11 @@ def test_full_sweep_with_overrides_then_status_and_best(tmp_path):
                     "--storage-path", str(storage), "--name", "quick")
     assert proc.returncode == 0, proc.stderr
     exp = storage / "quick"
-    assert "== Status:" in proc.stdout  # the same progress display as Tuner.fit()
-    assert f"4 trials: 4 TERMINATED, 0 ERROR — {exp}" in proc.stdout
+    # off a terminal, plain progress lines (the same display as Tuner.fit()), then the summary and where to look
+    assert "4/4 trials done" in proc.stdout and "best loss=" in proc.stdout
+    assert "tuneplat: finished after " in proc.stdout and ": 4 trials (4 TERMINATED)" in proc.stdout
+    assert f"tuneplat status {exp}" in proc.stdout and "mlflow ui --backend-store-uri sqlite:///" in proc.stdout
+    assert "distributed.core" not in proc.stderr + proc.stdout
     saved = (exp / "sweep.yaml").read_text()
     assert "num_samples: 4" in saved and "max_t: 3" in saved  # the effective sweep, overrides applied
 

@@ -123,6 +123,7 @@ def _spelled(section: str) -> set[str]:
     (tune.TuneConfig, "top", {"search_alg": "search", "scheduler": "scheduler"}),
     (tune.RunConfig, "run", {"name": "(top) name", "failure_config": "failure", "checkpoint_config": "checkpoint",
                              "mlflow": "(top) mlflow", "storage_filesystem": "storage_options",
+                             "security": "tls",
                              # a reporter's max_report_frequency is what progress_interval_s spells
                              "progress_reporter": "progress_interval_s",
                              # Ray's SyncConfig is accepted in Python and has no effect: nothing to spell

@@ -258,3 +258,50 @@ def test_simulate_replays_a_virtual_experiment_and_reports_figures(storage):
     assert fifo.simulated.iterations == same.recorded.iterations  # FIFO cannot go past the recorded curves
     assert fifo.truncated == len(same.recorded_stops)  # every curve the recorded run stopped ends there
     assert json.loads(json.dumps(same.to_dict(), default=str))["scheduler"] == "asha"
+
+
+def test_a_slow_remote_commit_never_delays_another_trials_decisions(storage):
+    """Remote stores commit on I/O threads: while one trial's commit hangs, the other trial's results are decided;
+    the slow trial's own results wait behind its commit and are recorded in order, none lost or doubled."""
+    import threading
+
+    from tuneplat.testing._virtual import VirtualCheckpointStore
+
+    gate = threading.Event()
+    blocked: list[str] = []
+
+    class SlowStore(VirtualCheckpointStore):
+        slow = True
+
+        def commit(self, trial_path, name):
+            if not blocked:
+                blocked.append(trial_path)
+                assert gate.wait(60), "the loop waited on this commit instead of deciding the other trial's results"
+            return super().commit(trial_path, name)
+
+    class OpensGate(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result):
+            if blocked and os.path.basename(blocked[0]) != os.path.basename(trial.path) \
+                    and result["training_iteration"] >= 3:
+                gate.set()
+
+    ex = VirtualTimeExecutor(num_slots=2)
+    ex.store = SlowStore()
+    grid = tune.Tuner(curve, param_space={"floor": tune.grid_search([0.0, 0.5])},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name="slow", storage_path=storage, verbose=0, mlflow=False,
+                                                callbacks=[OpensGate()]),
+                      executor=ex).fit()
+    assert gate.is_set() and grid.num_errors == 0
+    events = _events(grid)
+    for r in grid:
+        its = [e["result"]["training_iteration"] for e in events
+               if e["event"] == "result" and e["trial_id"] == r.trial_id]
+        assert its == list(range(1, 11))
+        ckpts = [e["iteration"] for e in events if e["event"] == "checkpoint" and e["trial_id"] == r.trial_id]
+        assert ckpts == list(range(1, 11))
+    slow_id = next(r.trial_id for r in grid if os.path.basename(r.path) == os.path.basename(blocked[0]))
+    order = [(e["trial_id"], e["result"]["training_iteration"]) for e in events if e["event"] == "result"]
+    # the other trial's third result was recorded before the slow trial's first
+    other = next(r.trial_id for r in grid if r.trial_id != slow_id)
+    assert order.index((other, 3)) < order.index((slow_id, 1))

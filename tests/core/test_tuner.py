@@ -270,7 +270,7 @@ def test_a_new_run_with_the_same_name_starts_its_own_journal(dask_client, storag
     second = run(2.0)
     assert [r.config["x"] for r in first] == [1.0] and [r.config["x"] for r in second] == [2.0]
     exp = os.path.join(storage, "same")
-    assert "already held an experiment named 'same'" in caplog.text
+    assert "already held experiment 'same'" in caplog.text and "Tuner.restore(" in caplog.text
     restored = tune.Tuner.restore(exp, T.quadratic).get_results()
     assert [r.config["x"] for r in restored] == [2.0]  # only the new run's trials
     (old,) = [f for f in os.listdir(exp) if f.endswith(".jsonl.old")]

@@ -80,7 +80,7 @@ def test_sigkill_tuner_at_random_moments_then_restore(tmp_path):
         target = _journal_lines(path) + rng.randint(1, 40)
         kills.append(target)
         proc = _start(storage, name)
-        _wait_for(lambda: _journal_lines(path) >= target, proc)
+        _wait_for(lambda target=target: _journal_lines(path) >= target, proc)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

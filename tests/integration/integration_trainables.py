@@ -19,11 +19,12 @@ def _load_state() -> dict | None:
         return json.load(f)
 
 
-def _save_state(state: dict) -> Checkpoint:
-    folder = tempfile.mkdtemp(prefix="tp-int-")
-    with open(os.path.join(folder, "state.json"), "w", encoding="utf-8") as f:
-        json.dump(state, f)
-    return Checkpoint.from_directory(folder)
+def _report(metrics: dict, state: dict) -> None:
+    """report() with a checkpoint holding ``state``; the scratch folder is gone once report() has stored it."""
+    with tempfile.TemporaryDirectory(prefix="tp-int-") as folder:
+        with open(os.path.join(folder, "state.json"), "w", encoding="utf-8") as f:
+            json.dump(state, f)
+        tune.report(metrics, checkpoint=Checkpoint.from_directory(folder))
 
 
 def learning_curve(config):
@@ -41,8 +42,7 @@ def learning_curve(config):
     while step < config.get("max_steps", 100):
         step += 1
         loss = config["floor"] + config.get("scale", 1.0) * math.exp(-config.get("rate", 0.2) * step)
-        tune.report({"loss": loss, "step": step, "resumed_at": resumed_at},
-                    checkpoint=_save_state({"step": step, "trial_id": me}))
+        _report({"loss": loss, "step": step, "resumed_at": resumed_at}, {"step": step, "trial_id": me})
 
 
 def curve_no_checkpoint(config):
@@ -65,7 +65,7 @@ def bad_values(config):
             loss = -math.inf
         elif kind == "nan_late" and step >= 3:
             loss = math.nan
-        tune.report({"loss": loss}, checkpoint=_save_state({"step": step, "trial_id": "x"}))
+        _report({"loss": loss}, {"step": step, "trial_id": "x"})
 
 
 def pbt_quadratic(config):
@@ -88,8 +88,8 @@ def pbt_quadratic(config):
         theta = [theta[0] - config.get("lr", 0.05) * 2 * config["h0"] * theta[0],
                  theta[1] - config.get("lr", 0.05) * 2 * config["h1"] * theta[1]]
         q = 1.2 - (theta[0] ** 2 + theta[1] ** 2)
-        tune.report({"Q": q, "own_step": step, "ckpt_trial": ckpt_trial, "ckpt_step": ckpt_step},
-                    checkpoint=_save_state({"theta": theta, "step": step, "trial_id": me}))
+        _report({"Q": q, "own_step": step, "ckpt_trial": ckpt_trial, "ckpt_step": ckpt_step},
+                {"theta": theta, "step": step, "trial_id": me})
 
 
 def quadratic_curve(config):

@@ -17,7 +17,7 @@ def objective(config):
 
 def with_data(config, data=None, scale=1.0):
     ctx = tune.get_context()
-    for step in range(3):
+    for _step in range(3):
         tune.report({"loss": scale * sum(data) * config["x"], "n": len(data), "trial_id": ctx.get_trial_id(),
                      "trial_name": ctx.get_trial_name(), "trial_dir": ctx.get_trial_dir(),
                      "rank": ctx.get_world_rank()})

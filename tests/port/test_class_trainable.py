@@ -169,6 +169,11 @@ def test_a_class_trainable_outside_a_tuner_saves_and_restores(tmp_path):
     other.restore(folder)
     assert other.total == 3.0 and other.iteration == 1
     assert Checkpoint.from_directory(folder).get_metadata()["trainable"]["iteration"] == 1
+    logdir = t.logdir  # outside a tuner: a temporary folder, gone once the trainable is stopped
+    assert os.path.isdir(logdir)
+    t.stop()
+    other.stop()
+    assert not os.path.exists(logdir)
 
     class Outside(tune.Trainable):
         def step(self):

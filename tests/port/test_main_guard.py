@@ -1,4 +1,4 @@
-"""A Ray script that fits its Tuner at the top level (no main guard) gets one clear error, not Dask's tracebacks."""
+"""Scripts that fit at their top level, with no main guard (as Ray's snippets do), run on the embedded cluster."""
 
 from __future__ import annotations
 
@@ -15,47 +15,67 @@ from tuneplat._mainguard import check_main_guard
 from tuneplat.train import RunConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
 SCRIPT = """
+import os
 import tuneplat as tune
 
-def objective(config):
-    return {{"score": config["a"] ** 2}}
+print("TOP LEVEL RAN IN", os.getpid(), flush=True)
 
-{guard}tuner = tune.Tuner(objective, param_space={{"a": tune.grid_search([1, 2])}},
+class Scale:  # a class of __main__ inside the config: it reaches the workers by value
+    def __init__(self, k):
+        self.k = k
+
+def objective(config):
+    return {{"score": config["a"] ** 2 * config["s"].k}}
+
+{guard}tuner = tune.Tuner(objective, param_space={{"a": tune.grid_search([1, 2, 3, 4]), "s": Scale(3)}},
 {indent}                   run_config=tune.RunConfig(storage_path={storage!r}, verbose=0, mlflow=False))
-{indent}print("BEST", tuner.fit().get_best_result(metric="score", mode="min").config)
+{indent}grid = tuner.fit()
+{indent}print("SCORES", sorted(r.metrics["score"] for r in grid))
 """
 
 
-def _run_script(tmp_path, storage, guarded):
+def run_script(path, cwd, timeout=300):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=str(cwd))
+
+
+def _write(tmp_path, storage, guarded):
     src = SCRIPT.format(guard='if __name__ == "__main__":\n    ' if guarded else "", indent="    " if guarded else "",
                         storage=storage)
     path = tmp_path / ("guarded.py" if guarded else "flat.py")
     path.write_text(textwrap.dedent(src))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=240, env=env,
-                          cwd=str(tmp_path))
+    return path
 
 
-def test_unguarded_script_fails_at_once_with_the_fix_in_the_message(tmp_path, storage):
-    proc = _run_script(tmp_path, storage, guarded=False)
-    assert proc.returncode != 0
-    assert 'outside an `if __name__ == "__main__":` block' in proc.stderr and "flat.py (line 9)" in proc.stderr  # the line of fit()
-    assert "Nanny failed" not in proc.stderr  # no worker process was started
-    assert not os.path.exists(os.path.join(storage, "mlflow.db"))
-
-
-def test_guarded_script_runs_on_the_embedded_cluster(tmp_path, storage):
-    proc = _run_script(tmp_path, storage, guarded=True)
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_fits_with_or_without_a_main_guard(tmp_path, storage, guarded):
+    proc = run_script(_write(tmp_path, storage, guarded), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "BEST {'a': 1}" in proc.stdout
+    assert "SCORES [3, 12, 27, 48]" in proc.stdout
+    # the workers never ran the script: its top level ran once, in the driver
+    assert proc.stdout.count("TOP LEVEL RAN IN") == 1, proc.stdout
 
 
-def test_a_given_cluster_or_a_worker_being_started(dask_client, storage, monkeypatch):
-    check_main_guard(dask_client, None)  # a client of ours: nothing is spawned, nothing to check
-    check_main_guard(None, "tcp://127.0.0.1:8786")
+def test_torch_trainer_quickstart_at_top_level(tmp_path):
+    """Ray Train's quickstart, imports changed only: TorchTrainer.fit() at the top level, 2 DDP ranks."""
+    proc = run_script(os.path.join(SCRIPTS, "torch_quickstart.py"), tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("SCRIPT TOP LEVEL RAN") == 1
+    assert "RESULT 2 ['1.bias', '1.weight', '3.bias', '3.weight']" in proc.stdout
+    assert os.path.isdir(tmp_path / "tuneplat_results")  # Ray's default storage is ~/ray_results; ours is ./
+
+
+def test_fit_inside_a_process_the_script_spawned_is_refused_naming_the_call(dask_client, storage, monkeypatch):
+    check_main_guard(dask_client, None)  # the driver itself: nothing to refuse
     monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
-    with pytest.raises(RuntimeError, match="while a worker process was starting"):
+    with pytest.raises(RuntimeError, match=r"Tuner\.fit\(\) ran while a process spawned by the script"):
         tune.Tuner(lambda config: None, run_config=RunConfig(storage_path=storage, verbose=0, mlflow=False),
                    client=dask_client).fit()
+    trainer = tune.TorchTrainer(lambda: None, run_config=RunConfig(storage_path=storage, verbose=0, mlflow=False),
+                                client=dask_client)
+    with pytest.raises(RuntimeError, match=r"TorchTrainer\.fit\(\) ran while"):
+        trainer.fit()

@@ -122,7 +122,7 @@ def test_bracket_assignment_is_seeded_and_follows_ray_weights():
 def test_asha_saves_iterations_in_simulation():
     # t0 is best at every step and runs first: every other trial is below the
     # cut-off at rung 0 (t=1) and stops after one iteration.
-    curves = {f"t{i}": (lambda i: lambda step: 0.1 * i + 1.0 / step)(i) for i in range(9)}
+    curves = {f"t{i}": (lambda k: lambda step: 0.1 * k + 1.0 / step)(i) for i in range(9)}
     run = simulate(ASHAScheduler(max_t=27, reduction_factor=3), curves, max_concurrent=1,
                    max_t=27)
     assert run.iterations == {"t0": 27, **{f"t{i}": 1 for i in range(1, 9)}}

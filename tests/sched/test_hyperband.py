@@ -81,7 +81,7 @@ def test_next_bracket_and_search_finished_closes_incomplete_brackets():
 
 
 def test_simulated_bracket_iterations():
-    curves = {f"t{i}": (lambda i: lambda step: float(i) + 1.0 / step)(i) for i in range(9)}
+    curves = {f"t{i}": (lambda k: lambda step: float(k) + 1.0 / step)(i) for i in range(9)}
     run = simulate(HyperBandScheduler(max_t=9), curves, max_concurrent=2, max_t=9)
     assert run.iterations == {"t0": 9, "t1": 3, "t2": 3, **{f"t{i}": 1 for i in range(3, 9)}}
     # Incomplete bracket (4 of 9): closed by on_search_finished, keeps max(1, 4 // 3) = 1.

@@ -25,8 +25,8 @@ from tuneplat.search import (
     randint,
     randn,
     sample_from,
-    uniform,
     unflatten_dict,
+    uniform,
 )
 from tuneplat.search._space import is_grid, iter_leaves, validate_space
 

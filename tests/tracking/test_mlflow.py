@@ -55,7 +55,15 @@ def test_server_runs_nesting_params_metrics_statuses_artifacts_registry(dask_cli
     assert "space/x" in p.data.params and p.data.tags["team"] == "tests"
     best = results.get_best_result()
     assert p.data.tags["tuneplat.best_run_id"] == best.mlflow_run_id
-    assert p.data.metrics["best/loss"] == pytest.approx(best.metrics["loss"])
+    # the best trial's values are tags of the parent (metrics there would make an empty chart section)
+    assert float(p.data.tags["tuneplat.best.loss"]) == pytest.approx(best.metrics["loss"])
+    assert not [k for k in p.data.metrics if k.startswith("best")]
+    exp = c.get_experiment_by_name("srv_sweep")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # the UI's classic view, not GenAI
+    view = json.loads(exp.tags["mlflow.sharedViewState.tuneplat"])
+    state = json.loads(view["state"])
+    assert state["selectedColumns"][:3] == ["metrics.`loss`", "params.`x`", "params.`opt/lr`"]
+    assert state["orderByKey"] == "metrics.`loss`" and state["orderByAsc"] is True
 
     by_id = {r.info.run_id: r for r in children}
     assert {r.mlflow_run_id for r in results} == set(by_id)
@@ -130,7 +138,9 @@ def test_dead_tracking_server_does_not_stall_the_sweep(dask_client, storage, mon
     report = json.load(open(os.path.join(results.experiment_path, "mlflow_unlogged.json")))
     assert report["tracking_uri"] == dead
     assert report["not_logged"]["metric values"] > 0 and report["not_logged"]["run creation"] == 5
-    assert any("did not take everything" in r.getMessage() for r in caplog.records)
+    (line,) = [r.getMessage() for r in caplog.records if "not logged" in r.getMessage()]  # one line, counts and runs
+    assert line.startswith(f"tuneplat: MLflow at {dead}") and "not logged 5 run creation, " in line, line
+    assert " metric values, " in line and "5 run end for 5 runs (last error: MlflowException" in line, line
 
 
 def _uploader_pids() -> set[int]:
@@ -232,3 +242,34 @@ def test_sigkilled_tuner_restore_reconciles_running_runs(dask_client, storage, m
     assert {t: ids[t] for t in before} == before  # trials with a run before the crash kept it
     finished = {r.info.run_id for r in children2 if r.info.status == "FINISHED"}
     assert set(ids.values()) <= finished
+
+
+def test_a_rerun_of_the_same_sweep_gets_a_numbered_parent_run(dask_client, storage, mlflow_server):
+    cfg = tune.MLflowConfig(tracking_uri=mlflow_server)
+    space = {"x": tune.grid_search([0.5])}
+    for _ in range(3):
+        _fit(dask_client, storage, "rerun_sweep", cfg, space=space)
+    c, parents, children = _runs(mlflow_server, "rerun_sweep")
+    assert sorted(p.info.run_name for p in parents) == ["rerun_sweep", "rerun_sweep #2", "rerun_sweep #3"]
+    assert len(children) == 3
+    # an experiment whose owner chose a kind keeps it
+    exp = c.get_experiment_by_name("rerun_sweep")
+    c.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "genai_development")
+    _fit(dask_client, storage, "rerun_sweep", cfg, space=space)
+    assert c.get_experiment_by_name("rerun_sweep").tags["mlflow.experimentKind"] == "genai_development"
+
+
+def test_an_explicit_sqlite_store_keeps_artifacts_beside_its_database(dask_client, tmp_path, monkeypatch):
+    """MLflow's own default would put artifacts in ./mlruns of whatever folder the tuner runs in."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    db_dir = tmp_path / "db"
+    uri = f"sqlite:///{db_dir}/tracking.db"
+    db_dir.mkdir()
+    results = _fit(dask_client, str(tmp_path / "res"), "explicit_sqlite", tune.MLflowConfig(tracking_uri=uri),
+                   space={"x": 1.0})
+    c = MlflowClient(uri)
+    assert c.get_experiment_by_name("explicit_sqlite").artifact_location.startswith(f"file://{db_dir}/mlartifacts/")
+    assert c.list_artifacts(results[0].mlflow_run_id, "checkpoints")  # curve checkpoints; they were logged there
+    assert os.listdir(work) == []

@@ -108,7 +108,7 @@ def short_loop(config: dict) -> None:
     """A few DDP (or single-rank) steps."""
     model = prepare_model(nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(config.get("steps", 3)):
+    for _step in range(config.get("steps", 3)):
         opt.zero_grad()
         loss = model(torch.randn(8, 4)).pow(2).mean()
         loss.backward()

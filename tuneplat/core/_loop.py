@@ -23,10 +23,12 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 import traceback
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +60,7 @@ from ..execution._executor import (
     Outcome,
     RankFailed,
     Reported,
+    Saved,
     Started,
     Starved,
     TrialExecutor,
@@ -106,6 +109,10 @@ class TuneLoop:
         self.executor = executor
         self.store = store
         self.storage_fs = store.filesystem
+        # remote stores: commits and deletions run on I/O threads; a trial's later events wait behind its commit
+        self._io_pool: ThreadPoolExecutor | None = None
+        self._commits: dict[str, tuple[Future[str | None], Reported]] = {}
+        self._held: dict[str, list[Event]] = {}
         self.syncer = syncer
         self.param_space = dict(param_space or {})
         self.tc = tune_config
@@ -173,6 +180,7 @@ class TuneLoop:
             self.metric, self.mode = self.searcher.metric, self.searcher.mode
         self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
         self.reporter = ProgressReporter(self.metric, self.mode, self.rc.verbose, self.rc.progress_interval_s)
+        self.reporter.attach(self)
         if self.trials:
             self._replay()
 
@@ -230,8 +238,7 @@ class TuneLoop:
         except KeyboardInterrupt:
             self.interrupted = True
             self.status = "interrupted"
-            logger.warning("tuneplat: interrupted; ending running trials. Resume with Tuner.restore(%r, trainable).",
-                           self.experiment_dir)
+            logger.warning("tuneplat: interrupted; ending running trials")
             self._guarded(self._teardown_all, "experiment interrupted")
         except Exception as exc:  # noqa: BLE001 - any error of the tuner ends the experiment as errored
             self.error = exc
@@ -273,7 +280,9 @@ class TuneLoop:
                 event["error"] = f"{type(self.error).__name__}: {self.error}"
                 event["traceback"] = tb
             self._guarded(journal.append, event)
-        self._guarded(self.reporter.maybe_report, self.trials, True)
+        if self._io_pool is not None:
+            self._guarded(self._io_pool.shutdown, True)  # deletions (and commits of an ended loop) finish
+        self._guarded(self.reporter.finish, self.trials, status)
         for f in self._result_files.values():
             self._guarded(f.close)
         self._result_files.clear()
@@ -303,11 +312,19 @@ class TuneLoop:
                 break
             for event in self.executor.poll(self._next_timeout()):
                 self._on_event(event)
+            if self._commits:
+                self._finish_commits()
             self._check_deadlines()
 
     def _on_event(self, event: Event) -> None:
+        held = self._held.get(getattr(event, "trial_id", ""))
+        if held is not None:  # its trial's checkpoint is being committed: in order, after it
+            held.append(event)
+            return
         if isinstance(event, Reported):
             self._on_step(event)
+        elif isinstance(event, Saved):
+            self._on_saved(event)
         elif isinstance(event, Ended):
             self._on_ended(event)
         elif isinstance(event, Started):
@@ -351,6 +368,8 @@ class TuneLoop:
         if self.stop_rules.has_stop_all and not self.stopping:
             deadlines.append(now + 1.0)  # e.g. a TimeoutStopper: ask it even while no trial reports
         deadlines.extend(r.abort_at for r in self.running.values() if r.abort_at is not None)
+        if self._commits:
+            deadlines.append(now + _COMMIT_POLL_S)
         if not deadlines:
             return 5.0
         return max(0.0, min(deadlines) - now)
@@ -404,6 +423,12 @@ class TuneLoop:
         self.stopping = True
         self.interrupted = True  # what did not run stays restorable
         self.fail_fast_error = message
+        # a trial that ran and waits to be placed again (its worker or host was lost and not replaced): it
+        # failed, for this reason; not PENDING as if it had never started
+        for trial in [t for t in self.queue if t.num_failures > 0]:
+            self.queue.remove(trial)
+            trial.error = f"its worker was lost and it could not be placed again: {message}"
+            self._end_trial(trial, TrialStatus.ERROR)
 
     def _sync_files(self) -> None:
         journal = self.journal
@@ -523,20 +548,58 @@ class TuneLoop:
     def _on_step(self, event: Reported) -> None:
         assert self.journal is not None
         trial = self.by_id[event.trial_id]
+        if event.staged and self.store.slow:
+            if self._io_pool is None:
+                self._io_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tuneplat-io")
+            self._commits[trial.trial_id] = (
+                self._io_pool.submit(self.store.commit, trial.path, checkpoint_name(event.iteration)), event)
+            self._held[trial.trial_id] = []
+            return
+        path = self.store.commit(trial.path, checkpoint_name(event.iteration)) if event.staged else None
+        if event.staged and path is None:  # the ranks staged it where they run; the tuner does not see it there
+            self._checkpoint_unseen(trial, event)
+            return
+        self._record_step(event, path)
+
+    def _checkpoint_unseen(self, trial: Trial, event: Reported) -> None:
+        """No filesystem shared by the tuner and the workers: fail now, never a silent ``checkpoint=None``."""
+        unseen = (f"rank 0 on host {event.result.get('hostname', '?')} saved checkpoint "
+                  f"{checkpoint_name(event.iteration)} under {trial.path}, but the tuner (on {socket.gethostname()}) "
+                  "cannot see it there: RunConfig(storage_path=...) must be a filesystem shared by the tuner "
+                  "and every Dask worker (NFS, a parallel filesystem), or object storage such as "
+                  "'s3://bucket/results' (docs/multi-host.md)")
+        self.executor.fail(trial.trial_id, unseen)
+        trial.no_retry = True  # every trial would lose its checkpoints the same way: end the experiment
+        self._fail_experiment(f"trial {trial.trial_id} failed: {unseen}")
+
+    def _finish_commits(self) -> None:
+        """Record the steps whose remote commit is done, then the events their trials sent meanwhile."""
+        for tid, (future, event) in list(self._commits.items()):
+            if not future.done():
+                continue
+            del self._commits[tid]
+            later = self._held.pop(tid)
+            try:
+                path = future.result()
+            except Exception as exc:  # noqa: BLE001 - the trial fails (and is retried); the loop goes on
+                message = f"committing checkpoint {checkpoint_name(event.iteration)} failed: {type(exc).__name__}: {exc}"
+                assert self.journal is not None
+                self.journal.append({"event": "warning", "trial_id": tid, "message": message})
+                self._record_step(event, None)
+                self.executor.fail(tid, message)
+            else:
+                self._record_step(event, path)
+            for e in later:
+                self._on_event(e)
+
+    def _record_step(self, event: Reported, path: str | None) -> None:
+        assert self.journal is not None
+        trial = self.by_id[event.trial_id]
         run = self.running[event.trial_id]
         result, iteration = event.result, event.iteration
         if event.staged:
-            path = self.store.commit(trial.path, checkpoint_name(iteration))
             if path is not None:
-                ckpt = Checkpoint(path, self.storage_fs)
-                if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
-                    trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
-                trial.checkpoints.append((ckpt, result))
-                self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id, "iteration": iteration,
-                                     "path": path, "metrics": to_jsonable(result)})
-                for cb in self.callbacks:
-                    cb.on_checkpoint(self, trial, ckpt, result)
-                self._apply_retention(trial)
+                self._record_checkpoint(trial, iteration, result, path)
         if run.resumed_from_clone:
             run.resumed_from_clone = False  # (its iterations may go back: they continue the source's)
         elif trial.results and trial.results[-1].get("training_iteration", 0) >= iteration:
@@ -579,6 +642,27 @@ class TuneLoop:
         save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
         self.executor.answer(trial.trial_id, decision, save=save)
 
+    def _record_checkpoint(self, trial: Trial, iteration: int, result: dict[str, Any], path: str) -> None:
+        assert self.journal is not None
+        ckpt = Checkpoint(path, self.storage_fs)
+        if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
+            trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
+        trial.checkpoints.append((ckpt, result))
+        self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id, "iteration": iteration,
+                             "path": path, "metrics": to_jsonable(result)})
+        for cb in self.callbacks:
+            cb.on_checkpoint(self, trial, ckpt, result)
+        self._apply_retention(trial)
+
+    def _on_saved(self, event: Saved) -> None:
+        """A checkpoint asked for by ``answer(save=True)`` (a result marked ``should_checkpoint``) was staged."""
+        trial = self.by_id[event.trial_id]
+        result = next((r for r in reversed(trial.results) if r.get("training_iteration") == event.iteration),
+                      trial.last_result)
+        path = self.store.commit(trial.path, checkpoint_name(event.iteration))  # (rare: inline on every store)
+        if path is not None:
+            self._record_checkpoint(trial, event.iteration, result, path)
+
     def _decide(self, trial: Trial, run: _Running, result: Mapping[str, Any]) -> tuple[Decision, str]:
         if run.stop_requested is not None:
             return run.stop_requested, trial.stop_reason or "stop requested"
@@ -611,11 +695,19 @@ class TuneLoop:
         assert cc is not None and self.journal is not None
         for pair in retain(trial.checkpoints, cc.num_to_keep, cc.checkpoint_score_attribute, cc.checkpoint_score_order):
             trial.checkpoints.remove(pair)
-            try:
-                self.store.delete(pair[0].path)
-            except Exception as exc:  # noqa: BLE001 - a leftover folder costs space, not correctness
-                logger.warning("tuneplat: could not delete checkpoint %s: %s", pair[0].path, exc)
+            if self.store.slow:
+                if self._io_pool is None:
+                    self._io_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tuneplat-io")
+                self._io_pool.submit(self._delete_checkpoint, pair[0].path)
+            else:
+                self._delete_checkpoint(pair[0].path)
             self.journal.append({"event": "checkpoint_deleted", "trial_id": trial.trial_id, "path": pair[0].path})
+
+    def _delete_checkpoint(self, path: str) -> None:
+        try:
+            self.store.delete(path)
+        except Exception as exc:  # noqa: BLE001 - a leftover folder costs space, not correctness
+            logger.warning("tuneplat: could not delete checkpoint %s: %s", path, exc)
 
     def _write_result(self, trial: Trial, line: str) -> None:
         f = self._result_files.get(trial.trial_id)
@@ -811,7 +903,13 @@ class TuneLoop:
             cb.on_trial_exploit(self, trial, event)
 
 
+_COMMIT_POLL_S = 0.005  # how often the loop looks at remote commits in flight
+
+
 def _pickle_hex(obj: Any) -> str | None:
+    """A pickled copy of a config that JSON cannot hold exactly (the journal's JSON copy serves the rest)."""
+    if to_jsonable(obj) == obj:
+        return None
     try:
         return cloudpickle.dumps(obj).hex()
     except Exception:  # noqa: BLE001 - only needed to restore exotic configs

@@ -8,18 +8,92 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-__all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot"]
+from .._init import requested
+from .._mainguard import embedded_workers
+from .._settings import env_seconds, env_str
+from ._channel import TunerUnreachable
+from ._runner import CONNECT_TIMEOUT_S, channel_client_context
+
+__all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
 
 logger = logging.getLogger("tuneplat")
 
 
 class PlacementError(ValueError):
     """A trial can never fit the cluster."""
+
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def make_security(security: Any, where: str = "RunConfig.security") -> Any:
+    """A ``distributed.security.Security`` from one, from a dict of its arguments, or None."""
+    if security is None:
+        return None
+    from distributed.security import Security
+
+    if isinstance(security, Security):
+        return security
+    if isinstance(security, Mapping):
+        try:
+            return Security(**dict(security))
+        except (TypeError, ValueError, OSError) as exc:
+            raise ValueError(f"{where}={_redact_tls(security)!r} is not valid for distributed.security.Security: "
+                             f"{exc}. Give e.g. {{'tls_ca_file': 'ca.pem', 'tls_client_cert': 'cert.pem', "
+                             "'tls_client_key': 'key.pem', 'require_encryption': True}") from None
+    raise ValueError(f"{where} must be a distributed.security.Security or a dict of its arguments, "
+                     f"got {type(security).__name__}")
+
+
+def _redact_tls(security: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: ("<PEM>" if isinstance(v, str) and "\n" in v else v) for k, v in security.items()}
+
+
+def temporary_security() -> Any:
+    """TLS settings for the embedded cluster: a self-signed ECDSA P-256 certificate made now, held in memory only.
+
+    Like ``Security.temporary()`` (one certificate for every role, its own CA),
+    but with an elliptic-curve key: a TLS handshake then costs a fraction of an
+    RSA-2048 one, and every trial's connection to the tuner starts with one.
+    """
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    from distributed.security import Security
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tuneplat-embedded-cluster")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("tuneplat-embedded-cluster")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    return Security(require_encryption=True, tls_ca_file=cert_pem,
+                    tls_client_cert=cert_pem, tls_client_key=key_pem,
+                    tls_scheduler_cert=cert_pem, tls_scheduler_key=key_pem,
+                    tls_worker_cert=cert_pem, tls_worker_key=key_pem)
+
+
+def _local_tls() -> bool:
+    """The embedded cluster uses TLS (temporary certificates) unless ``TUNEPLAT_LOCAL_TLS=0``."""
+    raw = (env_str("TUNEPLAT_LOCAL_TLS") or "1").lower()
+    if raw in ("0", "false", "no", "off"):
+        return False
+    if raw in ("", "1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"TUNEPLAT_LOCAL_TLS={raw!r}: set it to 1 (TLS, the default) or 0 (plain TCP)")
 
 
 def _local_gpu_count() -> int:
@@ -42,17 +116,22 @@ class Cluster:
     the process's active ``distributed.Client``; else an embedded
     ``LocalCluster`` (one single-threaded worker process per core, or per
     ``cpus_per_rank`` cores when a rank needs more than one; all listeners on
-    127.0.0.1), which :meth:`close` shuts down. Clusters that
-    were given are left running.
+    127.0.0.1; TLS with temporary certificates unless ``TUNEPLAT_LOCAL_TLS=0``,
+    so that no other local user can connect to its scheduler or workers),
+    which :meth:`close` shuts down. Clusters that were given are left running.
     """
 
-    def __init__(self, client: Any = None, address: str | None = None, cpus_per_rank: float = 1.0) -> None:
+    def __init__(self, client: Any = None, address: str | None = None, cpus_per_rank: float = 1.0,
+                 security: Any = None) -> None:
         import dask
         from distributed import Client
 
+        security = make_security(security)
         self.local_cluster = None
         self.owns_client = False
         self.local_gpus = 0
+        asked = requested()  # tuneplat.init(num_cpus=, num_gpus=, address=)
+        address = address if address is not None or client is not None else asked.address
         if client is None and address is None:
             try:
                 from distributed import get_client
@@ -63,40 +142,109 @@ class Cluster:
         if client is not None:
             self.client = client
         elif address is not None:
-            self.client = Client(address, set_as_default=False)
+            if address.startswith("tls://") and security is None and not dask.config.get("distributed.comm.tls.ca-file",
+                                                                                          None):
+                raise ValueError(f"RunConfig(address={address!r}) is a TLS scheduler but no certificates were given: "
+                                 "pass RunConfig(security=distributed.security.Security(tls_ca_file=..., "
+                                 "tls_client_cert=..., tls_client_key=..., require_encryption=True)) (CLI: "
+                                 "--tls-ca-file, --tls-cert, --tls-key), or set Dask's distributed.comm.tls config")
+            self.client = Client(address, set_as_default=False, security=security)
             self.owns_client = True
         else:
             from distributed import LocalCluster
 
-            cores = max(os.cpu_count() or 1, 1)
+            cores = asked.num_cpus or max(os.cpu_count() or 1, 1)
             # a rank needing k whole CPUs gets a worker process of k CPUs (cores // k of them), as Ray would
             # pack trials; a need beyond this machine is left to PlacementError to explain
             per = int(cpus_per_rank) if float(cpus_per_rank).is_integer() and 1 < cpus_per_rank <= cores else 1
-            self.local_gpus = _local_gpu_count()
-            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
+            self.local_gpus = _local_gpu_count() if asked.num_gpus is None else asked.num_gpus
+            if security is None and _local_tls():
+                security = temporary_security()  # in memory; every process of the cluster gets it from us
+            # its workers never run the user's __main__ script (Ray's workers don't): see tuneplat/_mainguard.py
+            self._no_main = contextlib.ExitStack()  # (a failed start leaves it held: harmless)
+            self._no_main.enter_context(embedded_workers())
+            # the preload makes worker processes ignore Ctrl-C: the tuner ends trials and closes the cluster
+            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0,
+                                  "distributed.worker.preload": ["tuneplat.execution._worker_preload"]}):
                 self.local_cluster = LocalCluster(
                     n_workers=cores // per, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
+                    security=security,
                 )
-            self.client = Client(self.local_cluster, set_as_default=False)
+            self.client = Client(self.local_cluster, set_as_default=False, security=security)
             self.owns_client = True
 
     def wait_for_workers(self) -> None:
         """Wait (bounded) until the cluster has the workers it is meant to have.
 
-        A LocalCluster (ours or the user's) says how many workers it runs; any
-        other cluster must have at least one (adaptive clusters start at zero).
-        A worker being restarted by its nanny is waited for, so that a trial
-        is not refused as impossible while the cluster is only catching up.
+        A LocalCluster (ours or the user's) says how many workers it runs: a
+        worker being restarted by its nanny is waited for, so that a trial is
+        not refused as impossible while the cluster is only catching up. Other
+        clusters (and adaptive ones, which start at zero) are waited for by
+        :meth:`wait_to_fit`, which also asks for the workers a trial needs.
         """
         spec = getattr(getattr(self.client, "cluster", None), "worker_spec", None)
-        expected = max(1, len(spec)) if spec else 1
-        timeout = float(os.environ.get("TUNEPLAT_WORKER_WAIT_S", "60"))
+        if not spec:
+            return
+        expected = len(spec)
+        timeout = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)
         try:
             self.client.wait_for_workers(expected, timeout=timeout)
         except TimeoutError:
             logger.warning("tuneplat: the cluster has fewer than %d worker(s) after %.0fs; going on with what is there",
                            expected, timeout)
+
+    @property
+    def may_grow(self) -> bool:
+        """Whether workers may still join: not for the embedded cluster, nor for a fixed-size cluster object whose
+        workers are all up; yes for an adaptive one, and for a scheduler known only by its address."""
+        if self.local_cluster is not None:
+            return False
+        cluster = getattr(self.client, "cluster", None)
+        if cluster is None:
+            return True
+        if getattr(cluster, "_adaptive", None) is not None:
+            return True
+        spec = getattr(cluster, "worker_spec", None)
+        if spec is None:
+            return True
+        return len(spec) > len(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+
+    def wait_to_fit(self, fits: Callable[[], bool], request: Mapping[str, float], n: int, say: Any,
+                    timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until ``fits()``: workers still joining, an adaptive cluster at zero.
+
+        Meanwhile one short task per rank, asking for the rank's resources, is
+        kept queued, so that Dask's adaptive scaling (``cluster.adapt(minimum=0,
+        ...)``, dask-jobqueue, dask-kubernetes) sees the demand and starts
+        workers. Returns whether the group fits now.
+        """
+        import time
+
+        need = ", ".join(f"{k}={v:g}" for k, v in request.items())
+        if say is not None:
+            say(f"tuneplat: waiting up to {timeout:.0f}s for {n} worker(s) with {{{need}}} to join the cluster "
+                "(TUNEPLAT_WORKER_WAIT_S sets this limit)")
+        deadline = time.monotonic() + timeout
+        resources = {k: v for k, v in request.items() if v > 0}
+        futures: list[Any] = []
+        try:
+            while not fits():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                futures = [f for f in futures if not f.done()]
+                while len(futures) < n:  # demand an adaptive cluster can see (the tasks only wait briefly)
+                    futures.append(self.client.submit(_demand, 0.5, resources=resources or None, pure=False,
+                                                      key=f"tuneplat-demand-{len(futures)}-{time.monotonic_ns()}"))
+                try:
+                    futures[0].result(timeout=min(0.5, left))  # (a demand task ends in 0.5 s once it runs)
+                except Exception:  # noqa: BLE001 - a timeout, a worker that left: look again
+                    pass
+        finally:
+            for f in futures:
+                f.cancel()
+        return True
 
     @property
     def dashboard_link(self) -> str | None:
@@ -126,18 +274,90 @@ class Cluster:
                               info.get("pid")))
         return slots
 
-    def tuner_host(self) -> str:
-        """The address ranks use to reach the tuner: loopback when every worker is local."""
-        env = os.environ.get("TUNEPLAT_TUNER_HOST")
-        if env:
-            return env
+    @property
+    def tls(self) -> bool:
+        """The cluster's scheduler speaks TLS: so does the tuner's result port."""
+        return str(self.client.scheduler.address).startswith("tls://")
+
+    def channel_server_context(self) -> Any:
+        """The TLS context the tuner's result port serves with (the client's certificates), or None."""
+        if not self.tls:
+            return None
+        ctx = self.client.security.get_listen_args("client").get("ssl_context")
+        if ctx is None:
+            raise ValueError("the Dask scheduler is tls:// but this client has no TLS certificate of its own to serve "
+                             "the tuner's result port with: give the client's Security tls_client_cert and "
+                             "tls_client_key (RunConfig(security=...), CLI --tls-cert/--tls-key)")
+        ctx.num_tickets = 0  # ranks never resume sessions: no tickets to send
+        return ctx
+
+    def tuner_host(self, explicit: str | None = None) -> str:
+        """The address ranks use to reach the tuner.
+
+        ``explicit`` (``RunConfig(tuner_host=...)``), else ``TUNEPLAT_TUNER_HOST``;
+        loopback when every worker is on this machine; else the local address
+        that routes to the scheduler, or, when that is loopback (the scheduler
+        reached through a port-forward or an SSH tunnel), the one that routes to
+        the workers. No such address: a ValueError that says what to set.
+        """
+        chosen = explicit or env_str("TUNEPLAT_TUNER_HOST")
+        if chosen:
+            return chosen
         hosts = {s.host for s in self.slots()}
-        if hosts <= {"127.0.0.1", "localhost", "::1"}:
+        if hosts <= _LOOPBACK:
             return "127.0.0.1"
         sched = urlparse(self.client.scheduler.address)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((sched.hostname or "127.0.0.1", sched.port or 8786))
-            return s.getsockname()[0]
+        targets = [(sched.hostname or "127.0.0.1", sched.port or 8786)]
+        targets += [(h, 9) for h in sorted(hosts - _LOOPBACK)]  # a port-forwarded scheduler: route to the workers
+        for target in targets:
+            addr = _source_address(target)
+            if addr is not None and addr not in _LOOPBACK:
+                return addr
+        raise ValueError(
+            f"the Dask workers run on {sorted(hosts)} but this machine has no address they can reach it at (the "
+            f"scheduler {self.client.scheduler.address} is reached through a port-forward or tunnel, and no route "
+            "leads to the workers). Give the tuner an address the workers can connect to: "
+            "RunConfig(tuner_host=...) or TUNEPLAT_TUNER_HOST, and open its port (RunConfig(tuner_port=...))")
+
+    def check_reachable(self, address: tuple[str, int], ledger: Ledger,
+                        serving: Callable[[Callable[[], Any]], Any] = lambda fn: fn()) -> None:
+        """Once, before any trial: can every worker host open the tuner's result port?
+
+        Skipped when every worker is on this machine. Workers on hosts that
+        cannot connect are quarantined (no trial is placed there); when none
+        can, :class:`~tuneplat.execution._channel.TunerUnreachable` is raised
+        naming the address, the hosts and what to set. ``serving(fn)`` calls
+        ``fn`` while the tuner's port answers (a TLS handshake needs the tuner).
+        """
+
+        slots = list(ledger.slots.values())
+        if not slots or {s.host for s in slots} <= _LOOPBACK:
+            return
+        tls = self.tls
+        try:
+            answers = serving(lambda: self.client.run(_probe_tuner, tuple(address), tls, on_error="return"))
+        except Exception as exc:  # noqa: BLE001 - the probe is advice; trials still report their own failures
+            logger.warning("tuneplat: could not check that the workers reach the tuner at %s:%d: %s", *address, exc)
+            return
+        bad: dict[str, str] = {}
+        for addr, answer in answers.items():
+            if isinstance(answer, BaseException):
+                answer = f"{type(answer).__name__}: {answer}"
+            if answer:
+                bad[addr] = str(answer)
+                ledger.quarantine(addr)
+        if not bad:
+            return
+        hosts = sorted({(ledger.slots[a].host if a in ledger.slots else a) for a in bad})
+        example = next(iter(bad.values()))
+        if len(bad) >= len(answers):
+            raise TunerUnreachable(f"no Dask worker can reach the tuner's result port at {address[0]}:{address[1]} "
+                                   f"(hosts {hosts}): {example}. Open that port to the workers in the firewall (fix "
+                                   "it with RunConfig(tuner_port=...) or TUNEPLAT_TUNER_PORT, a port or a range "
+                                   "'8790-8799'), or give an address of this machine that the workers can reach: "
+                                   "RunConfig(tuner_host=...) or TUNEPLAT_TUNER_HOST")
+        logger.warning("tuneplat: the workers on %s cannot reach the tuner at %s:%d; no trial is placed there (%s)",
+                       hosts, address[0], address[1], example)
 
     def close(self) -> None:
         with _quiet_distributed(self.local_cluster is not None):
@@ -151,6 +371,47 @@ class Cluster:
                 self.client.close()
             if self.local_cluster is not None:
                 self.local_cluster.close()
+                self._no_main.close()
+
+
+def _demand(seconds: float) -> None:
+    """A placeholder task standing for a rank that waits to be placed (see :meth:`Cluster.wait_to_fit`)."""
+    import time
+
+    time.sleep(seconds)
+
+
+def _source_address(target: tuple[str, int]) -> str | None:
+    """The local address the kernel would send from to reach ``target`` (nothing is sent)."""
+    try:
+        family = socket.AF_INET6 if ":" in target[0] else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect(target)
+            return str(s.getsockname()[0])
+    except OSError:
+        return None
+
+
+def _probe_tuner(address: tuple[str, int], tls: bool, dask_worker: Any = None) -> str | None:
+    """Runs on each worker: None when a TCP (and TLS) connection to the tuner opens, else why not."""
+    import ssl
+
+
+    where = f"{address[0]}:{address[1]}"
+    host = socket.gethostname()
+    try:
+        raw = socket.create_connection(address, timeout=min(CONNECT_TIMEOUT_S, 5.0))
+    except OSError as exc:
+        return f"{host} cannot connect to the tuner at {where}: {type(exc).__name__}: {exc}"
+    try:
+        ctx = channel_client_context(tls, dask_worker)
+        if ctx is not None:
+            raw = ctx.wrap_socket(raw)
+    except (ssl.SSLError, OSError, RuntimeError) as exc:
+        return f"{host}: TLS to the tuner at {where} failed: {exc}"
+    finally:
+        raw.close()
+    return None
 
 
 @contextlib.contextmanager

@@ -2,9 +2,9 @@
 
 Each trial's worker group is one Dask task per rank, pinned to the workers a
 gang placement chose (:class:`~tuneplat.execution._cluster.Ledger`). Ranks
-connect back to a TCP listener owned by this executor (on 127.0.0.1 unless the
-cluster spans hosts) and authenticate with a per-attempt token before anything
-they send is unpickled. Every ``report()`` is a small frame that the loop
+connect back to the tuner's result port (:class:`~tuneplat.execution._channel.Listener`:
+on 127.0.0.1 unless the cluster spans hosts, TLS when the cluster has TLS) and
+authenticate with a per-attempt token before anything they send is unpickled. Every ``report()`` is a small frame that the loop
 answers at once. Dask futures say when a rank's task ended (through a
 socketpair that wakes the selector). Nothing sleeps or polls.
 
@@ -21,7 +21,6 @@ import collections
 import logging
 import os
 import pickle
-import secrets
 import selectors
 import signal
 import socket
@@ -33,9 +32,10 @@ from typing import Any
 
 from schedulers import Decision
 
-from .._settings import env_seconds
+from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
-from ._cluster import Assignment, Cluster, Ledger
+from ._channel import Conn, Listener, new_token, parse_port_range, token_id
+from ._cluster import Assignment, Cluster, Ledger, PlacementError
 from ._executor import (
     Ended,
     Event,
@@ -43,13 +43,14 @@ from ._executor import (
     Outcome,
     RankFailed,
     Reported,
+    Saved,
     Started,
     Starved,
     TrialExecutor,
     TrialSpec,
 )
 from ._runner import run_rank
-from ._wire import FrameReader, send_msg
+from ._wire import send_msg
 
 __all__ = ["DaskTrialExecutor"]
 
@@ -69,7 +70,7 @@ class _Rank:
     ever_connected: bool = False
     pid: int | None = None
     hostname: str | None = None
-    channel: _Conn | None = None  # the connection's reader state (``conn`` is its socket)
+    channel: Conn | None = None  # the connection's reader state (``conn`` is its socket)
     offers_next: bool = False  # its runner said "done"/"error" and waits for ("next", spec) or ("bye",)
     parked: bool = False  # an idle runner holding its slot until the loop gives it a trial or "bye"
     chained: bool = False  # started by ("next", spec) on a runner that ran an earlier trial
@@ -85,6 +86,7 @@ class _Group:
     ranks: list[_Rank]
     started: float = field(default_factory=time.monotonic)
     reports: dict[int, dict[int, tuple[Any, bool]]] = field(default_factory=dict)
+    saves: dict[int, set[int]] = field(default_factory=dict)  # iteration -> ranks that staged its late checkpoint
     rendezvous: tuple[Any, ...] | None = None
     failure: tuple[str, str | None] | None = None
     aborted: bool = False
@@ -101,14 +103,6 @@ class _Group:
         return self.started_ok
 
 
-class _Conn:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.reader = FrameReader()
-        self.group: _Group | None = None
-        self.rank: _Rank | None = None
-
-
 @dataclass
 class _Reservation:
     runner: _Rank | None = None  # an idle single-rank runner: the trial chains onto its Dask task
@@ -122,6 +116,12 @@ class DaskTrialExecutor(TrialExecutor):
         client: a ``distributed.Client`` (default: the active client, else
             ``address``, else an embedded LocalCluster on 127.0.0.1).
         address: a Dask scheduler address.
+        security: a ``distributed.security.Security`` (or a dict of its
+            arguments) for a TLS cluster at ``address``.
+        tuner_host: the address ranks use to reach the tuner (default:
+            ``TUNEPLAT_TUNER_HOST``, else found from the cluster).
+        tuner_port: the tuner's result port, or a range ``"8790-8799"``
+            (default ``TUNEPLAT_TUNER_PORT``, else any free port).
 
     Limits (environment): ``TUNEPLAT_START_TIMEOUT_S`` (every rank connects
     within it, 90), ``TUNEPLAT_HEARTBEAT_TIMEOUT_S`` (a silent rank is hung, 30),
@@ -129,9 +129,15 @@ class DaskTrialExecutor(TrialExecutor):
     15), ``TUNEPLAT_WORKER_WAIT_S`` (nothing can be placed this long: starved, 60).
     """
 
-    def __init__(self, client: Any = None, address: str | None = None) -> None:
+    def __init__(self, client: Any = None, address: str | None = None, security: Any = None,
+                 tuner_host: str | None = None, tuner_port: int | str | None = None) -> None:
         self._client_arg = client
         self._address = address
+        self._security = security
+        self._tuner_host = tuner_host
+        self._tuner_ports = parse_port_range(tuner_port if tuner_port is not None
+                                             else env_str("TUNEPLAT_TUNER_PORT"),
+                                             "tuner_port" if tuner_port is not None else "TUNEPLAT_TUNER_PORT")
         self.start_timeout_s = env_seconds("TUNEPLAT_START_TIMEOUT_S", 90)
         self.hang_timeout_s = env_seconds("TUNEPLAT_HEARTBEAT_TIMEOUT_S", 30)
         self.abort_grace_s = env_seconds("TUNEPLAT_ABORT_GRACE_S", 15)
@@ -149,7 +155,7 @@ class DaskTrialExecutor(TrialExecutor):
         self._events: list[Event] = []
         self._wake_events: collections.deque[tuple[str, Any]] = collections.deque()
         self._selector: selectors.BaseSelector | None = None
-        self._listener: socket.socket | None = None
+        self._listener: Listener | None = None
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
         self._deps: tuple[Any, ...] = ()
@@ -159,7 +165,8 @@ class DaskTrialExecutor(TrialExecutor):
     def setup(self, ctx: ExecutorContext) -> None:
         self.ctx = ctx
         self.trainable = ctx.trainable
-        self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0))
+        self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0),
+                               security=self._security)
         bind = getattr(self.trainable, "_tuneplat_bind", None)
         if bind is not None:  # tune.with_parameters: its objects go to the cluster once, not with every task
             self.trainable, self._deps = bind(self.cluster.client)
@@ -169,12 +176,58 @@ class DaskTrialExecutor(TrialExecutor):
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.cluster.wait_for_workers()
         self._refresh_ledger()
-        self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
-        host = self.cluster.tuner_host()
-        self._listener = socket.create_server((host, 0), backlog=128)
-        self._listener.setblocking(False)
-        self._selector.register(self._listener, selectors.EVENT_READ, "accept")
-        self.tuner_addr = (host, self._listener.getsockname()[1])
+        try:
+            self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+        except PlacementError:
+            if not self.cluster.may_grow:
+                raise  # the embedded cluster, or a fixed-size one whose workers are all there
+            # workers may still be joining (queued jobs, an adaptive cluster at zero): wait, asking for them
+
+            def fits() -> bool:
+                self._refresh_ledger()
+                try:
+                    self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+                except PlacementError:
+                    return False
+                return True
+
+            self.cluster.wait_to_fit(fits, ctx.request, ctx.world_size, ctx.say, self.starve_timeout_s)
+            self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+        host = self.cluster.tuner_host(self._tuner_host)
+        self.channel_tls = self.cluster.tls
+        self._listener = Listener(self._selector, host, self._tuner_ports, self.cluster.channel_server_context(),
+                                  self._lookup_token)
+        self.tuner_addr = self._listener.address
+        self.cluster.check_reachable(self.tuner_addr, self.ledger, self._serving)
+
+    def _serving(self, fn: Any) -> Any:
+        """``fn()`` in a thread while this thread answers the tuner's port (the workers' reachability probe)."""
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                box["error"] = exc
+            self._wake(("served", None))
+
+        thread = threading.Thread(target=call, name="tuneplat-probe", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            self._select(0.5)  # (the thread wakes the selector when it ends)
+            self._wake_events = collections.deque(e for e in self._wake_events if e[0] != "served")
+            if self._listener is not None:
+                self._listener.tick(time.monotonic())
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _lookup_token(self, tid: bytes) -> tuple[bytes, Any] | None:
+        group = self.tokens.get(tid)
+        if group is None or group.ended:
+            return None
+        return group.token[len(tid):], group
 
     @property
     def dashboard_link(self) -> str | None:
@@ -200,8 +253,7 @@ class DaskTrialExecutor(TrialExecutor):
         ctx = self.ctx
         placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
         if placement is None and not self.groups:  # nothing running will free a slot: the cluster changed
-            assert self.cluster is not None
-            self.ledger.refresh(self.cluster.slots())
+            self._refresh_ledger()  # (and keep looking while a replacement worker is awaited)
             placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
         if placement is None:
             if not self.groups and self._starved_since is None:
@@ -219,7 +271,7 @@ class DaskTrialExecutor(TrialExecutor):
     def start(self, spec: TrialSpec, reservation: _Reservation) -> list[str]:
         runner = reservation.runner
         placement = [runner.assignment] if runner is not None else list(reservation.placement or ())
-        token = secrets.token_bytes(16)
+        token = new_token()
         hosts: list[str] = []
         for a in placement:
             if a.host not in hosts:
@@ -227,7 +279,7 @@ class DaskTrialExecutor(TrialExecutor):
         ranks = [_Rank(i, a) for i, a in enumerate(placement)]
         group = _Group(spec.trial_id, spec.attempt, token, ranks)
         self.groups[spec.trial_id] = group
-        self.tokens[token] = group
+        self.tokens[token_id(token)] = group
         ctx = self.ctx
         for r in ranks:
             a = r.assignment
@@ -241,11 +293,12 @@ class DaskTrialExecutor(TrialExecutor):
                 checkpoint_path=spec.checkpoint_path, backend=ctx.backend or "gloo", gpu_ids=list(a.gpu_ids),
                 host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
+                channel_tls=self.channel_tls,
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)
                 continue
-            key = f"tuneplat-{spec.trial_id}-a{spec.attempt}-r{r.index}-{token.hex()[:6]}"
+            key = f"tuneplat-{spec.trial_id}-a{spec.attempt}-r{r.index}-{token_id(token).hex()[:6]}"
             r.future = self.client.submit(run_rank, self.trainable, rank_spec, *self._deps, key=key,
                                           workers=[a.address], allow_other_workers=False, pure=False, retries=0)
             self.task_owner[r.future.key] = (group, r)
@@ -304,7 +357,8 @@ class DaskTrialExecutor(TrialExecutor):
         assert self._selector is not None
         for key, _mask in self._selector.select(timeout):
             if key.data == "accept":
-                self._accept()
+                assert self._listener is not None
+                self._listener.accept()
             elif key.data == "wake":
                 try:
                     assert self._wake_r is not None
@@ -326,10 +380,15 @@ class DaskTrialExecutor(TrialExecutor):
             deadlines.append(self._refresh_at)
         if self._starved_since is not None:
             deadlines.append(self._starved_since + self.starve_timeout_s + 0.01)
+        pending = self._listener.next_deadline() if self._listener is not None else None
+        if pending is not None:
+            deadlines.append(pending)
         return min(deadlines) if deadlines else None
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
+        if self._listener is not None:
+            self._listener.tick(now)
         self._check_hangs(now)
         if self._refresh_at is not None and now >= self._refresh_at:
             self._refresh_ledger()
@@ -390,13 +449,18 @@ class DaskTrialExecutor(TrialExecutor):
             # see the tuner go now, not when this object is garbage-collected: a rank waiting for "go" would hold
             # its Dask worker until then
             for key in list(selector.get_map().values()):
-                if isinstance(key.data, _Conn):
+                if isinstance(key.data, Conn):
                     try:
                         key.data.sock.close()
                     except OSError:
                         pass
             selector.close()
-        for s in (self._listener, self._wake_r, self._wake_w):
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            except OSError:
+                pass
+        for s in (self._wake_r, self._wake_w):
             if s is not None:
                 try:
                     s.close()
@@ -478,43 +542,25 @@ class DaskTrialExecutor(TrialExecutor):
         except OSError:
             pass
 
-    def _accept(self) -> None:
-        assert self._listener is not None and self._selector is not None
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-            except BlockingIOError:
-                return
-            sock.setblocking(True)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._selector.register(sock, selectors.EVENT_READ, _Conn(sock))
+    def _drop_conn(self, conn: Conn) -> None:
+        assert self._listener is not None
+        self._listener.close_conn(conn)
 
-    def _drop_conn(self, conn: _Conn) -> None:
-        try:
-            assert self._selector is not None
-            self._selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        try:
-            conn.sock.close()
-        except OSError:
-            pass
-
-    def _read(self, conn: _Conn) -> None:
-        try:
-            data = conn.sock.recv(1 << 20)
-        except OSError:
-            data = b""
-        if not data:
-            self._drop_conn(conn)
+    def _read(self, conn: Conn) -> None:
+        assert self._listener is not None
+        frames = self._listener.read(conn)
+        if frames is None:  # closed (EOF, a broken frame, a failed authentication): the listener closed it
             if conn.rank is not None and conn.rank.parked:  # an idle runner left (its worker died, it timed out)
                 self._unpark(conn.rank, bye=False)
                 return
             if conn.rank is not None and conn.group is not None:
                 conn.rank.conn = None
                 conn.rank.channel = None
-                if conn.rank.finished is None and conn.group.aborted and conn.group.failure is None:
-                    conn.rank.finished = "aborted"  # we ended it (a lost peer before start, an interrupt)
+                if conn.rank.finished is None and conn.group.aborted and (
+                        conn.group.failure is None or (conn.rank.conn_shut and not _process_gone(conn.rank))):
+                    # we ended it (another rank failed, a lost peer before start, an interrupt): its process
+                    # lives on, so its worker stays usable (a dead one is quarantined below)
+                    conn.rank.finished = "aborted"
                 elif conn.rank.finished is None and not conn.rank.started_ack:
                     # a chained rank's runner went away before it acknowledged "next": no user code ran
                     self._lost_before_start(conn.group, conn.rank)
@@ -529,22 +575,13 @@ class DaskTrialExecutor(TrialExecutor):
                     self._forget_rank(conn.rank)
                 self._maybe_end_group(conn.group)
             return
-        try:
-            frames = conn.reader.feed(data)
-        except ValueError:
-            self._drop_conn(conn)
-            return
+        if conn.group is None:
+            if not conn.authenticated:
+                return  # (the handshake goes on)
+            conn.group = conn.peer
         if conn.rank is not None:
             conn.rank.last_seen = time.monotonic()
         for frame in frames:
-            if not conn.reader.authenticated:
-                group = self.tokens.get(frame)
-                if group is None or group.ended:
-                    self._drop_conn(conn)  # unknown peer: unpickle nothing from it
-                    return
-                conn.reader.authenticated = True
-                conn.group = group
-                continue
             self._on_message(conn, pickle.loads(frame))
 
     def _send(self, rank: _Rank, msg: Any) -> None:
@@ -555,7 +592,7 @@ class DaskTrialExecutor(TrialExecutor):
         except OSError:
             pass
 
-    def _on_message(self, conn: _Conn, msg: tuple[Any, ...]) -> None:
+    def _on_message(self, conn: Conn, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
         if kind == "ping":  # (a chained runner's last ping of its previous trial may come after "done")
             return
@@ -598,6 +635,13 @@ class DaskTrialExecutor(TrialExecutor):
                 group.waiting_answer = iteration
                 self._events.append(Reported(group.trial_id, iteration, reports[0][0],
                                              any(s for _, s in reports.values())))
+        elif kind == "saved":  # a checkpoint asked for by answer(save=True), staged after the report
+            assert conn.rank is not None
+            got = group.saves.setdefault(msg[1], set())
+            got.add(conn.rank.index)
+            if len(got) == len(group.ranks):
+                del group.saves[msg[1]]
+                self._events.append(Saved(group.trial_id, msg[1]))
         elif kind == "started":
             assert conn.rank is not None
             conn.rank.started_ack = True
@@ -644,6 +688,13 @@ class DaskTrialExecutor(TrialExecutor):
                     # Its worker died before this rank ran any user code: not the trial's failure; place it again.
                     self._lost_before_start(group, rank)
                     continue
+                if not rank.ever_connected and type(exc).__name__ == "TunerUnreachable":
+                    # its host cannot reach the tuner's port: place nothing more there; try the trial elsewhere
+                    self.ledger.quarantine(rank.assignment.address)
+                    logger.warning("tuneplat: %s; no trial is placed on %s any more", exc, rank.assignment.address)
+                    if any(a not in self.ledger.quarantined for a in self.ledger.slots):
+                        self._lost_before_start(group, rank)
+                        continue
                 rank.finished = "error"
                 tb = "".join(traceback.format_exception(exc)) if exc else None
                 self._fail_group(group, f"rank {rank.index} failed on its Dask worker: {type(exc).__name__}: {exc}",
@@ -809,7 +860,7 @@ class DaskTrialExecutor(TrialExecutor):
         self.groups.pop(group.trial_id, None)
         if not parked and time.monotonic() - self._last_refresh > 1.0:
             self._refresh_ledger()  # workers may have left: look before placing more (a parked runner's is there)
-        self.tokens.pop(group.token, None)
+        self.tokens.pop(token_id(group.token), None)
         message: str | None
         if group.failure is not None:
             outcome, (message, tb) = Outcome.FAILED, group.failure
@@ -820,3 +871,23 @@ class DaskTrialExecutor(TrialExecutor):
         else:
             outcome, message, tb = Outcome.FINISHED, None, None
         self._events.append(Ended(group.trial_id, outcome, message, tb))
+
+
+def _process_gone(rank: Any) -> bool:
+    """True when ``rank``'s process is known to have died (it ran on this host and its pid is gone or a zombie).
+
+    On another host nothing is known here: False (the scheduler's view of that worker decides)."""
+    if not rank.pid or rank.hostname != socket.gethostname():
+        return False
+    try:
+        with open(f"/proc/{rank.pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state in ("Z", "X")
+    except (OSError, IndexError):
+        try:
+            os.kill(rank.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False

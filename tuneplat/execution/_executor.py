@@ -31,6 +31,7 @@ __all__ = [
     "Outcome",
     "RankFailed",
     "Reported",
+    "Saved",
     "Started",
     "Starved",
     "TrialExecutor",
@@ -105,6 +106,17 @@ class Reported:
 
 
 @dataclass(frozen=True)
+class Saved:
+    """Every rank staged a checkpoint of ``iteration`` after its report was answered with ``save=True``.
+
+    (A class trainable whose result a callback marked ``should_checkpoint``.) The loop commits it.
+    """
+
+    trial_id: str
+    iteration: int
+
+
+@dataclass(frozen=True)
 class RankFailed:
     """A rank failed; the group is being torn down (an :class:`Ended` follows)."""
 
@@ -130,7 +142,7 @@ class Starved:
     message: str
 
 
-Event = Started | Reported | RankFailed | Ended | Starved
+Event = Started | Reported | Saved | RankFailed | Ended | Starved
 
 
 class TrialExecutor(abc.ABC):

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from .._settings import env_seconds
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, _set_session
-from ._wire import recv_msg, send_msg, send_token
+from ._channel import TokenRefused, connect
+from ._wire import recv_msg, send_msg
 
 __all__ = ["run_rank"]
 
@@ -231,7 +233,7 @@ def _release_gpu_memory() -> None:
 
 #: how long an idle runner waits for the tuner's next trial before it returns (a safety net: the tuner answers
 #: "next" or "bye" in the same pass of its loop that handled "done")
-IDLE_WAIT_S = float(os.environ.get("TUNEPLAT_RUNNER_IDLE_S", "60"))
+IDLE_WAIT_S = env_seconds("TUNEPLAT_RUNNER_IDLE_S", 60)
 
 
 def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
@@ -249,10 +251,11 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     copy = _fresh_copies(trainable, deps) if spec.world_size == 1 else None
     if deps:
         trainable = trainable._tuneplat_resolve(*deps)  # type: ignore[attr-defined]
-    sock = socket.create_connection(spec.tuner_addr, timeout=60)
-    sock.settimeout(None)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    send_token(sock, spec.token)
+    try:
+        sock = connect_tuner(spec.tuner_addr, spec.token, spec.channel_tls, f" from rank {spec.rank} of trial "
+                             f"{spec.trial_id} on {socket.gethostname()} ({spec.host})")
+    except TokenRefused:  # the tuner ended this trial before the rank connected: it runs nothing
+        return "not started"
     send_msg(sock, ("hello", spec.rank, os.getpid(), socket.gethostname()))
     try:  # the tuner says "go" (or refuses a rank it no longer wants) before any user code runs
         go = recv_msg(sock)
@@ -283,6 +286,44 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
         except OSError:
             pass
     return outcome
+
+
+#: how long a rank tries to open its connection to the tuner (then it fails naming the address)
+CONNECT_TIMEOUT_S = env_seconds("TUNEPLAT_CONNECT_TIMEOUT_S", 10)
+
+
+#: the TLS context made from a worker's Security (one per worker process: making one costs milliseconds)
+_CONTEXTS: dict[int, tuple[Any, Any]] = {}
+
+
+def channel_client_context(tls: bool, worker: Any = None) -> Any:
+    """The TLS context a rank connects with: its Dask worker's own certificates (None for plain TCP)."""
+    if not tls:
+        return None
+    try:
+        from distributed import get_worker
+
+        security = (worker or get_worker()).security
+    except ValueError:
+        security = None
+    cached = _CONTEXTS.get(id(security))
+    if cached is not None and cached[0] is security:
+        return cached[1]
+    ctx = security.get_connection_args("worker").get("ssl_context") if security is not None else None
+    if ctx is not None:
+        _CONTEXTS.clear()
+        _CONTEXTS[id(security)] = (security, ctx)
+    if ctx is None:
+        raise RuntimeError("the tuner's result port uses TLS (the cluster's scheduler is tls://) but this Dask "
+                           "worker has no TLS certificate: start it with the cluster's --tls-ca-file, --tls-cert "
+                           "and --tls-key")
+    return ctx
+
+
+def connect_tuner(addr: tuple[str, int], token: bytes, tls: bool, where: str = "") -> socket.socket:
+    """An authenticated connection to the tuner (TLS with this worker's certificates when ``tls``)."""
+    return connect(tuple(addr), token, channel_client_context(tls), timeout=CONNECT_TIMEOUT_S,  # type: ignore[arg-type]
+                   where=where)
 
 
 def _fresh_copies(trainable: Callable[..., Any], deps: tuple[Any, ...]) -> Callable[[], Callable[..., Any]] | None:
@@ -377,6 +418,11 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         chainable = chainable and isinstance(exc, Exception) and not _others_wait()
         idle = _send(session, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
     finally:
+        for cleanup in session.cleanups:
+            try:
+                cleanup()
+            except Exception:  # noqa: BLE001 - the trial's outcome is decided; keep the worker healthy
+                logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
         heartbeat.detach(session)
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)

@@ -1,30 +1,69 @@
 """Length-prefixed pickle frames between ranks and the tuner.
 
-The first frame on a connection is the trial's secret token (raw bytes, not
-pickled); the tuner unpickles nothing from a peer that has not presented a
-token it issued.
+Frames are pickled only after both sides authenticated (see
+:mod:`tuneplat.execution._channel`): neither side unpickles bytes from a peer
+that has not proved it holds the trial's token.
 """
 
 from __future__ import annotations
 
 import pickle
+import select
 import socket
+import ssl
 import struct
+import time
 from typing import Any
 
-__all__ = ["FrameReader", "recv_msg", "send_msg", "send_token"]
+__all__ = ["FrameReader", "recv_msg", "send_msg", "sendall"]
 
 _LEN = struct.Struct("!I")
 MAX_FRAME = 1 << 30
+#: how long the tuner waits for a peer that does not read before giving up on a send
+SEND_TIMEOUT_S = 30.0
+
+
+def sendall(sock: socket.socket, data: bytes) -> None:
+    """``sock.sendall(data)``, also on a non-blocking (the tuner's, possibly TLS) socket."""
+    if sock.gettimeout() != 0.0:
+        sock.sendall(data)
+        return
+    view = memoryview(data)
+    deadline: float | None = None
+    while view:
+        try:
+            view = view[sock.send(view):]
+            continue
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            pass
+        now = time.monotonic()
+        deadline = deadline or now + SEND_TIMEOUT_S
+        if now >= deadline:
+            raise TimeoutError(f"the peer read nothing for {SEND_TIMEOUT_S:g}s")
+        select.select([], [sock], [], deadline - now)
+
+
+def _dumps(msg: Any) -> bytes:
+    """Pickle ``msg``; anything from ``__main__`` goes by value (cloudpickle), as Dask does.
+
+    The worker processes of tuneplat's embedded cluster do not run the user's
+    script (see ``tuneplat/_mainguard.py``), so a class or function of
+    ``__main__`` in a config or a result cannot be found there by name.
+    """
+    try:
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        data = b""
+    if not data or b"__main__" in data:
+        import cloudpickle
+
+        data = cloudpickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    return data
 
 
 def send_msg(sock: socket.socket, msg: Any) -> None:
-    data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_LEN.pack(len(data)) + data)
-
-
-def send_token(sock: socket.socket, token: bytes) -> None:
-    sock.sendall(_LEN.pack(len(token)) + token)
+    data = _dumps(msg)
+    sendall(sock, _LEN.pack(len(data)) + data)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:

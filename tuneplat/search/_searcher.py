@@ -6,7 +6,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._space import grid_variants, resolve, validate_space
+from ._space import _has_path, grid_variants, resolve, validate_space
 
 __all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Searcher"]
 
@@ -105,10 +105,23 @@ class BasicVariantGenerator(Searcher):
         seed = self._seed if self._seed is not None else spec.get("seed")
         self._rng = random.Random(seed)
         self._grid = grid_variants(self._space)
-        # Ray's rule: each point fills one repetition of the grid (num_samples grows if there are more points)
+        # Ray's rule: each point fills one repetition of the grid (num_samples grows if there are more points);
+        # grid keys a point fixes are not crossed again (Ray's docstring example: 6 trials, not 8)
         self._num_samples = max(self._num_samples, len(self._points))
-        self.total = self._num_samples * len(self._grid)
+        self.total = (sum(len(self._grid_for(p)) for p in self._points)
+                      + (self._num_samples - len(self._points)) * len(self._grid))
         return True
+
+    def _grid_for(self, point: Mapping[str, Any] | None) -> list[dict[Any, Any]]:
+        """The grid combinations to run with ``point``: those of the grid keys it does not fix."""
+        if not point:
+            return self._grid
+        out: list[dict[Any, Any]] = []
+        for g in self._grid:
+            kept = {path: v for path, v in g.items() if not _has_path(point, path)}
+            if kept not in out:
+                out.append(kept)
+        return out
 
     def _next(self) -> dict[str, Any] | None:
         if not self._pending:
@@ -116,7 +129,7 @@ class BasicVariantGenerator(Searcher):
                 return None
             self._sample_index += 1
             point = self._points.pop(0) if self._points else None
-            self._pending = [resolve(self._space, g, self._rng, point) for g in self._grid]
+            self._pending = [resolve(self._space, g, self._rng, point) for g in self._grid_for(point)]
         return self._pending.pop(0)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:

@@ -114,7 +114,8 @@ def resolve(space: Mapping[str, Any], grid: Mapping[Path, Any], rng: random.Rand
         if not path:
             continue
         if is_grid(value):
-            _set(config, path, grid[path])
+            if path in grid:  # (a grid key fixed by a preset point has no grid value)
+                _set(config, path, grid[path])
         elif isinstance(value, Function):
             deferred.append((path, value))
         elif isinstance(value, Domain):

@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import copy
 import math
-from decimal import Decimal
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import optuna
@@ -537,7 +537,7 @@ class OptunaSearch(Searcher):
         self._prepare_space(sampler)
         self._study = optuna.create_study(
             storage=self._storage, sampler=sampler, study_name=STUDY_NAME,
-            directions=directions, load_if_exists=resume,
+            directions=directions, load_if_exists=resume,  # type: ignore[arg-type]  # 'minimize'/'maximize'
         )
         # Points run first: on a fresh study they are enqueued now; when resuming
         # an empty study they wait for restore_trials (which knows how many ran).
@@ -616,7 +616,7 @@ class OptunaSearch(Searcher):
         if ot_trial is None:
             return
         step = result.get("training_iteration")
-        value = result.get(self.metric) if self.metric is not None else None
+        value = result.get(self.metric) if isinstance(self.metric, str) else None
         if step is None or value is None or isinstance(value, bool):
             return
         try:
@@ -654,7 +654,7 @@ class OptunaSearch(Searcher):
         """The objective values of a final result; None when any is missing or NaN."""
         if result is None or self.metric is None:
             return None
-        metrics = self.metric if isinstance(self.metric, list) else [self.metric]
+        metrics: list[str] = list(self.metric) if isinstance(self.metric, list) else [str(self.metric)]
         values = []
         for m in metrics:
             v = _as_float(result.get(m))
@@ -695,8 +695,9 @@ class OptunaSearch(Searcher):
         for t in trials:
             tid = str(t["trial_id"])
             finished = t.get("status") in _FINISHED_STATUSES
-            frozen = by_id.get(tid)
-            if frozen is not None:
+            found = by_id.get(tid)
+            if found is not None:
+                frozen = found
                 claimed.add(frozen.number)
                 if frozen.state != TrialState.RUNNING:
                     continue
@@ -848,7 +849,7 @@ class OptunaPrunerScheduler(TrialScheduler):
             return Decision.STOP
         trial = self._trials[trial_id]
         step = result.get(self.time_attr)
-        if self.metric not in result or step is None or isinstance(step, bool):
+        if not isinstance(self.metric, str) or self.metric not in result or step is None or isinstance(step, bool):
             return Decision.CONTINUE
         try:
             step_int = int(step)

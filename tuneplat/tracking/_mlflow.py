@@ -24,6 +24,7 @@ import os
 import pickle
 import queue
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -36,8 +37,10 @@ from typing import Any
 
 from .._callbacks import Callback
 from .._config import MLflowConfig
+from .._redact import redact
+from .._settings import env_seconds
 
-__all__ = ["MLflowCallback", "default_tracking_uri"]
+__all__ = ["MLflowCallback", "default_tracking_uri", "experiment_tags"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -45,7 +48,7 @@ logger = logging.getLogger("tuneplat")
 
 def _flush_timeout() -> float:
     """Seconds the end-of-experiment flush waits without any progress before giving up."""
-    return float(os.environ.get("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", "30"))
+    return env_seconds("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", 30)
 
 #: extra seconds the tuner waits for an uploader stuck in one request (2 retries x 20 s timeout + backoff)
 STUCK_GRACE_S = 90.0
@@ -60,6 +63,14 @@ _BAD_KEY_CHARS = re.compile(r"[^\w\-./ :]")
 _PERMANENT = frozenset({"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST",
                         "BAD_REQUEST", "INVALID_STATE", "PERMISSION_DENIED", "UNAUTHENTICATED"})
 PARENT = "__parent__"
+#: the experiment tag MLflow 3's UI reads to open an experiment in the classic (model training) view rather than
+#: the GenAI one; "custom_model_development" is its value for model training (mlflow/server/js ExperimentKind)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: experiment tags holding the UI's saved views of the runs table (the UI's "saved views" menu and its
+#: ``?viewStateShareKey=<key>`` links); tuneplat stores one that shows the metric and the searched parameters
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+VIEW_KEY = "tuneplat"
 #: run ids as soon as they exist (the journal gets them at the loop's next hook)
 IDS_FILE = "mlflow_runs.jsonl"
 
@@ -81,7 +92,8 @@ def _read_lines(path: str) -> list[dict[str, Any]]:
 def default_tracking_uri(storage_path: str) -> tuple[str, str | None]:
     """The tracking URI (and artifact root) used when ``MLflowConfig.tracking_uri`` is None.
 
-    ``$MLFLOW_TRACKING_URI`` when set (artifact root: the server's choice),
+    ``$MLFLOW_TRACKING_URI`` when set (artifact root: the server's choice; for a
+    sqlite URI, ``mlartifacts`` beside the database file),
     else an embedded sqlite store ``<storage_path>/mlflow.db`` with artifacts
     under ``<storage_path>/mlartifacts``.
 
@@ -91,8 +103,21 @@ def default_tracking_uri(storage_path: str) -> tuple[str, str | None]:
     """
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
-        return env, None
+        return env, _sqlite_artifact_root(env)
     return f"sqlite:///{os.path.abspath(storage_path)}/mlflow.db", Path(storage_path, "mlartifacts").resolve().as_uri()
+
+
+def _sqlite_artifact_root(tracking_uri: str) -> str | None:
+    """Artifacts of a new experiment in a sqlite store: ``mlartifacts`` beside the database file.
+
+    (MLflow's own default is ``./mlruns`` in whatever folder the process runs in.)
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    db = tracking_uri[len("sqlite:///"):].split("?", 1)[0]
+    if not db or db == ":memory:":
+        return None
+    return Path(os.path.dirname(db) or ".", "mlartifacts").resolve().as_uri()
 
 
 def _key(name: str) -> str:
@@ -199,6 +224,7 @@ class _Uploader:
         self.closing = False
         self.closed_at = 0.0
         self._client: Any = None
+        self._plots_drawn: dict[tuple[str, str], str] = {}  # drawn, not yet logged: retried as they are
 
     # ---------------------------------------------------------------- thread
     def run(self) -> None:
@@ -324,7 +350,8 @@ class _Uploader:
             msg = f"{type(exc).__name__}: {exc}"
             if msg != self.last_error:
                 logger.warning("tuneplat: MLflow at %s is not reachable (%s); training goes on, logging is "
-                               "retried in the background", self.tracking_uri, msg.splitlines()[0][:300])
+                               "retried in the background", redact(self.tracking_uri),
+                               redact(msg.splitlines()[0][:300]))
             self.last_error = msg
             return False
 
@@ -337,23 +364,44 @@ class _Uploader:
 
     def _drop(self, what: str, exc: BaseException) -> None:
         msg = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-        logger.warning("tuneplat: MLflow rejected %s", msg)
+        logger.warning("tuneplat: MLflow rejected %s", redact(msg))
         self.dropped.append(msg)
 
     def _ensure_experiment(self, client: Any) -> str:
         exp = client.get_experiment_by_name(self.experiment_name)
-        if exp is not None:
-            if exp.lifecycle_stage == "deleted":
-                client.restore_experiment(exp.experiment_id)
-            return exp.experiment_id
+        if exp is None:
+            try:
+                return client.create_experiment(self.experiment_name, artifact_location=self.artifact_location,
+                                                tags=self.experiment_tags or None)
+            except Exception as exc:
+                exp = client.get_experiment_by_name(self.experiment_name)
+                if exp is None:
+                    raise exc from None
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(exp.experiment_id)
+        for key, value in self.experiment_tags.items():
+            if key == EXPERIMENT_KIND_TAG and key in exp.tags:
+                continue  # the experiment's owner chose its kind
+            if exp.tags.get(key) != value:
+                client.set_experiment_tag(exp.experiment_id, key, value)
+        return exp.experiment_id
+
+    def _run_name(self, client: Any, st: _RunState) -> str:
+        """A new parent run of a sweep that already has one in this MLflow experiment is named ``<name> #N``."""
+        if not st.parent or "'" in st.name:
+            return st.name
         try:
-            return client.create_experiment(self.experiment_name, artifact_location=self.artifact_location,
-                                            tags=self.experiment_tags or None)
-        except Exception as exc:
-            exp = client.get_experiment_by_name(self.experiment_name)
-            if exp is None:
-                raise exc from None
-            return exp.experiment_id
+            runs = client.search_runs([self.experiment_id], filter_string="tags.`tuneplat.kind` = 'experiment' and "
+                                      f"tags.`tuneplat.experiment` = '{st.create_tags.get('tuneplat.experiment')}'",
+                                      max_results=1000)
+        except Exception as exc:  # noqa: BLE001 - a name only
+            if self._permanent(exc):
+                return st.name
+            raise
+        pattern = re.compile(re.escape(st.name) + r"(?: #(\d+))?")
+        numbers = [int(m.group(1) or 1) for r in runs
+                   if (m := pattern.fullmatch(r.data.tags.get("mlflow.runName", r.info.run_name or "")))]
+        return f"{st.name} #{max(numbers) + 1}" if numbers else st.name
 
     def _create(self, client: Any, st: _RunState) -> None:
         if st.resume_id:
@@ -363,7 +411,7 @@ class _Uploader:
                 if getattr(exc, "error_code", None) != "RESOURCE_DOES_NOT_EXIST":
                     raise
                 logger.warning("tuneplat: MLflow run %s of %s is gone from %s; starting a new run",
-                               st.resume_id, st.name, self.tracking_uri)
+                               st.resume_id, st.name, redact(self.tracking_uri))
                 run = None
             if run is not None:
                 st.run_id = run.info.run_id
@@ -381,7 +429,8 @@ class _Uploader:
             parent = self.runs.get(PARENT)
             if parent is not None and parent.run_id:
                 tags["mlflow.parentRunId"] = parent.run_id
-        run = client.create_run(self.experiment_id, run_name=st.name, tags=tags, start_time=st.start_time)
+        run = client.create_run(self.experiment_id, run_name=self._run_name(client, st), tags=tags,
+                                start_time=st.start_time)
         st.run_id = run.info.run_id
         st.created = True
         st.metrics[:0] = st.history  # a new run for a resumed trial: log what it reported before
@@ -445,7 +494,9 @@ class _Uploader:
         while st.artifacts:
             kind, payload, path = st.artifacts[0]
             try:
-                if kind == "dir" and not isinstance(payload, str):  # a checkpoint on remote storage
+                if kind == "plots":
+                    self._log_plots(client, rid, payload, path)
+                elif kind == "dir" and not isinstance(payload, str):  # a checkpoint on remote storage
                     with payload.as_directory() as local:
                         client.log_artifacts(rid, local, artifact_path=path)
                 elif kind == "dir":
@@ -472,6 +523,39 @@ class _Uploader:
             client.set_terminated(rid, st.end, end_time=st.end_time)
             st.ended = True
             self._progress()
+
+    def _log_plots(self, client: Any, rid: str, spec: dict[str, Any], path: str) -> None:
+        """Draw the experiment's plots from its journal (here, off the tuner's process) and log them."""
+        import tempfile
+
+        key = (rid, path)
+        folder = self._plots_drawn.get(key)
+        if folder is None:
+            from ..plot import PlotError, save_plots
+
+            folder = tempfile.mkdtemp(prefix="tuneplat-plots-")
+            try:
+                saved = save_plots(spec["experiment_dir"], folder, metric=spec.get("metric"), mode=spec.get("mode"))
+            except PlotError:  # nothing to draw (no results): nothing to log
+                shutil.rmtree(folder, ignore_errors=True)
+                return
+            except Exception as exc:  # noqa: BLE001 - a plot that cannot be drawn must not lose the rest
+                shutil.rmtree(folder, ignore_errors=True)
+                self.dropped.append(f"plots of the experiment (could not be drawn: {type(exc).__name__}: {exc})")
+                return
+            self.dropped.extend(f"plot {kind} ({why})" for kind, why in saved.skipped.items()
+                                if why.startswith("could not be drawn"))
+            if not saved.files:
+                shutil.rmtree(folder, ignore_errors=True)
+                return
+            self._plots_drawn[key] = folder
+        try:
+            client.log_artifacts(rid, folder, artifact_path=path)
+        except Exception as exc:
+            if not self._permanent(exc):
+                raise  # retried with the same files
+        self._plots_drawn.pop(key, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
     def _log_tags(self, client: Any, st: _RunState) -> None:
         from mlflow.entities import RunTag
@@ -607,6 +691,9 @@ def _child_main() -> None:
     ``("session", init)`` item, that session's events, its ``("close",)`` — until
     stdin ends. At the end of stdin it flushes what it has and leaves.
     """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tuner decides when logging ends (it closes our stdin)
     try:
         os.nice(10)  # the tuner's loop and the trials come first; logging catches up in idle time
     except OSError:
@@ -647,6 +734,8 @@ def _child_main() -> None:
 
     event.listen(Engine, "connect", _tune_sqlite)
     send(("ready",))
+    # what drawing the plots at the end needs (~1-2 s of imports), loaded while the experiment runs
+    threading.Thread(target=_preimport_plots, name="tuneplat-plots-import", daemon=True).start()
     while True:
         item = inbox.get()
         if item[0] == "exit":
@@ -654,11 +743,23 @@ def _child_main() -> None:
         if item[0] != "session":
             continue  # a stray item of a session the tuner gave up on
         init = item[1]
-        up = _Uploader(init["tracking_uri"], init["experiment_name"], init["artifact_location"], {}, send,
+        up = _Uploader(init["tracking_uri"], init["experiment_name"], init["artifact_location"],
+                       init.get("experiment_tags") or {}, send,
                        inbox=inbox, flush_timeout=init["flush_timeout"])
         up.run()
         if up.exiting:
             return
+
+
+def _preimport_plots() -> None:
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import optuna.importance  # noqa: F401
+        import sklearn.ensemble  # noqa: F401
+
+        from ..plot import _plots  # noqa: F401
+    except Exception:  # noqa: BLE001 - only a head start: drawing imports them again and reports errors
+        pass
 
 
 def _uploader_env() -> dict[str, str]:
@@ -691,7 +792,10 @@ class _UploaderProcess:
         self.owner = os.getpid()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from tuneplat.tracking._mlflow import _child_main; _child_main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=full)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=full,
+            # its own session: a Ctrl-C (or a notebook kernel's interrupt/shutdown signal to the process group)
+            # reaches the tuner only; the uploader flushes and leaves when the tuner closes its stdin or dies
+            start_new_session=True)
         self.outq: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self.ready = threading.Event()
         self.session: _Session | None = None
@@ -924,6 +1028,36 @@ class _Pool:
 _POOL = _Pool()
 
 
+def experiment_tags(metric: Any, mode: Any, param_space: dict[str, Any]) -> dict[str, str]:
+    """The MLflow experiment's tags: its kind (classic view) and a saved view of the runs table.
+
+    The saved view shows the metric(s) and the searched parameters as columns,
+    sorted by the (first) metric; open it with ``?viewStateShareKey=tuneplat``
+    or from the UI's saved views menu.
+
+    Example:
+        >>> sorted(experiment_tags("loss", "min", {"lr": 0.1}))
+        ['mlflow.experimentKind', 'mlflow.sharedViewState.tuneplat']
+    """
+    metrics = [m for m in (metric if isinstance(metric, list) else [metric]) if isinstance(m, str)]
+    modes = mode if isinstance(mode, list) else [mode]
+    columns = [f"metrics.`{_key(m)}`" for m in metrics]
+    columns += [f"params.`{_key(k)}`" for k in list(_flatten(param_space))[:20]]
+    columns += ["tags.`tuneplat.status`"]
+    state: dict[str, Any] = {"selectedColumns": columns, "hideEmptyCharts": True}
+    if metrics:
+        state.update(orderByKey=f"metrics.`{_key(metrics[0])}`", orderByAsc=modes[0] != "max")
+    now = int(time.time() * 1000)
+    view = {"name": "tuneplat: metric and parameters", "createdAt": now, "updatedAt": now,
+            "state": json.dumps(state)}
+    return {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG_PREFIX + VIEW_KEY: json.dumps(view)}
+
+
+#: the order of the kinds of things in the "not logged" line
+_KIND_ORDER = {"run creation": 0, "metric values": 1, "params": 2, "tags": 3, "artifacts": 4, "registrations": 5,
+               "run end": 6}
+
+
 def _status_for(trial: Any) -> str:
     s = str(trial.status)
     return {"TERMINATED": "FINISHED", "ERROR": "FAILED"}.get(s, "KILLED")
@@ -953,6 +1087,7 @@ class MLflowCallback(Callback):
         self.tracking_uri: str | None = None
         self.uploader: _Session | None = None
         self.parent_run_id: str | None = None
+        self.experiment_id: str | None = None  # the MLflow experiment's id, once the uploader made or found it
         self.unlogged: dict[str, int] = {}
         self._superseded: set[str] = set()
         # start (or find) the uploader process now: its ~3 s of start-up overlap the cluster's
@@ -969,6 +1104,7 @@ class MLflowCallback(Callback):
             return
         for key, run_id, experiment_id in up.take_created():
             self.run_ids[key] = run_id
+            self.experiment_id = experiment_id
             if key == PARENT:
                 ctrl.journal.append({"event": "mlflow_parent_run", "run_id": run_id,
                                      "experiment_id": experiment_id, "tracking_uri": self.tracking_uri})
@@ -1012,6 +1148,7 @@ class MLflowCallback(Callback):
         artifact_location = None
         if cfg.tracking_uri:
             self.tracking_uri = cfg.tracking_uri
+            artifact_location = _sqlite_artifact_root(cfg.tracking_uri)
         else:
             self.tracking_uri, artifact_location = default_tracking_uri(storage_path)
         self.mlflow_experiment = cfg.experiment_name or ctrl.experiment_name
@@ -1039,7 +1176,8 @@ class MLflowCallback(Callback):
         self.run_ids: dict[str, str] = {}
         self.uploader = _POOL.acquire(_uploader_env()).start(
             {"tracking_uri": self.tracking_uri, "experiment_name": self.mlflow_experiment,
-             "artifact_location": artifact_location, "flush_timeout": _flush_timeout()},
+             "artifact_location": artifact_location, "flush_timeout": _flush_timeout(),
+             "experiment_tags": experiment_tags(ctrl.metric, ctrl.mode, ctrl.param_space)},
             os.path.join(ctrl.experiment_dir, IDS_FILE))
         sched: dict[str, Any] = getattr(ctrl.scheduler, "describe", dict)()
         params = {
@@ -1141,10 +1279,10 @@ class MLflowCallback(Callback):
                 self._put("end", t.trial_id, "KILLED", int(time.time() * 1000))
         best = self._best(ctrl)
         if best is not None:
-            metrics = {f"best/{k}": v for k, v in _metrics_of(best.last_result).items()}
-            now = int(time.time() * 1000)
-            self._put("metrics", PARENT, [(k, v, now, 0) for k, v in metrics.items()])
-            self._put("tags", PARENT, {"tuneplat.best_trial_id": best.trial_id})
+            # tags, not metrics: a parent's "best/..." metrics would make an empty chart section in the UI
+            values = {f"tuneplat.best.{k}": _param_value(v) for k, v in _metrics_of(best.last_result).items()}
+            self._put("tags", PARENT, {"tuneplat.best_trial_id": best.trial_id, "tuneplat.best_trial": best.name,
+                                       **values})
             self._put("tag_run", PARENT, {"tuneplat.best_run_id": best.trial_id})
             self._put("artifact", PARENT, ("text", json.dumps(best.config, indent=2, default=repr), "best_config.json"))
             name = self.config.register_best_model
@@ -1155,6 +1293,11 @@ class MLflowCallback(Callback):
                 else:
                     self._put("artifact", best.trial_id, ("dir", _artifact_source(best.checkpoint), "model"))
                     self._put("register", best.trial_id, name)
+        if self.config.log_plots and ctrl.journal is not None and any(t.results for t in ctrl.trials):
+            # the uploader process draws them from the journal: make everything so far readable there
+            ctrl.journal.sync(force=True)
+            self._put("artifact", PARENT, ("plots", {"experiment_dir": ctrl.experiment_dir, "metric": None,
+                                                     "mode": None}, "plots"))
         self._put("end", PARENT, {"finished": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED"),
                   int(time.time() * 1000))
         up.close(_flush_timeout())
@@ -1175,26 +1318,36 @@ class MLflowCallback(Callback):
 
     def _report_backlog(self, ctrl: Any, up: _Session) -> None:
         if up.report is not None:
-            report = {"tracking_uri": self.tracking_uri, **up.report}
+            report = {**up.report, "tracking_uri": redact(self.tracking_uri)}
         else:  # the uploader died or hung: we cannot know exactly what it had sent
-            report = {"tracking_uri": self.tracking_uri, "not_logged": {"unknown (uploader did not finish)": 1},
-                      "runs": [], "rejected": [], "last_error": up.broken}
+            report = {"tracking_uri": redact(self.tracking_uri), "not_logged": {}, "runs": [], "rejected": [],
+                      "last_error": up.broken, "unconfirmed": True}
+        report["last_error"] = redact(report["last_error"]) if report.get("last_error") else report.get("last_error")
+        report["rejected"] = [redact(r) for r in report.get("rejected") or []]
         left = report["not_logged"]
         self.unlogged = dict(left)
-        if not left and not report["rejected"]:
+        if not left and not report["rejected"] and not report.get("unconfirmed"):
             return
         path = os.path.join(ctrl.experiment_dir, "mlflow_unlogged.json")
         try:
-            with open(path, "w", encoding="utf-8") as f:
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
                 json.dump(report, f, indent=2)
         except OSError:
             path = "(could not write the report file)"
-        if left:
+        if report.get("unconfirmed"):
+            self.unlogged = {"unconfirmed": 1}
+            logger.warning("tuneplat: the MLflow uploader stopped before confirming that everything reached %s (%s); "
+                           "the experiment's results are complete in %s.", redact(self.tracking_uri),
+                           (report["last_error"] or "no reason given").splitlines()[0][:300], ctrl.experiment_dir)
+        elif left:
+            n_runs = len(report["runs"])
+            last_error = report["last_error"]
             logger.warning(
-                "tuneplat: MLflow at %s did not take everything: not logged %s for %d runs (last error: %s). "
-                "The experiment's results are complete in %s; details in %s.", self.tracking_uri,
-                ", ".join(f"{v} {k}" for k, v in left.items()), len(report["runs"]),
-                (report["last_error"] or "none").splitlines()[0][:300], ctrl.experiment_dir, path)
+                "tuneplat: MLflow at %s did not take everything: not logged %s for %d run%s%s. The experiment's "
+                "results are complete in %s; details in %s.", redact(self.tracking_uri),
+                ", ".join(f"{left[k]} {k}" for k in sorted(left, key=lambda k: (_KIND_ORDER.get(k, 99), k))), n_runs,
+                "" if n_runs == 1 else "s", f" (last error: {last_error.splitlines()[0][:300]})" if last_error else "",
+                ctrl.experiment_dir, path)
         if report["rejected"]:
             logger.warning("tuneplat: MLflow rejected %d items (see %s): %s", len(report["rejected"]), path,
                            "; ".join(report["rejected"][:3]))

@@ -7,11 +7,21 @@ from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from .._result import Result
 from ._session import TrainContext, get_checkpoint, get_context, report
-from ._trainer import TorchTrainer, TrainingFailedError
+from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
+
+
+def __getattr__(name: str) -> object:
+    """``train.torch`` without ``import tuneplat.train.torch`` first (as ``ray.train.torch`` after ``from ray import train``)."""
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "DataParallelTrainer",
     "FailureConfig",
     "Result",
     "RunConfig",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import threading
@@ -57,6 +56,7 @@ class RankSpec:
     abort_grace_s: float = 15.0  # after the tuner aborted the group, how long user code may take to unwind
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
+    channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
 
 
 class TrainContext:
@@ -133,6 +133,8 @@ class Session:
         self.stopped = False
         self.send_lock = send_lock or threading.Lock()  # shared by every sender on this connection
         self.finished = threading.Event()
+        self.save_requested = False  # the last report's answer asked for a checkpoint of that step
+        self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
 
     def send(self, msg: Any) -> None:
         with self.send_lock:
@@ -184,6 +186,8 @@ class Session:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
         kind = reply[0]
         if kind == "decision":
+            # the tuner asks for a checkpoint of this step (a callback set result["should_checkpoint"])
+            self.save_requested = len(reply) > 2 and bool(reply[2])
             if reply[1] != "CONTINUE":
                 self.stopped = True
                 raise StopTrial()
@@ -191,6 +195,19 @@ class Session:
         if kind == "abort":
             raise TrialAborted(reply[1])
         raise RuntimeError(f"unexpected message from the tuner: {reply!r}")
+
+
+    def save_late(self, folder: str) -> None:
+        """Stage ``folder`` as the checkpoint of the step just reported (the tuner asked for it in its answer).
+
+        Every rank of the group calls it; the tuner commits the checkpoint once all have.
+        """
+        self.save_requested = False
+        self._stage(folder)
+        try:
+            self.send(("saved", self.iteration))
+        except OSError as exc:
+            raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
 
 
 class Heartbeat:
@@ -282,7 +299,36 @@ def _get_session(fn: str) -> Session:
     return session
 
 
-def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None:
+_warned_keywords = False
+
+
+def _keyword_report(metrics: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Ray's older ``tune.report(loss=..., iterations=...)`` (and ``tune.report(number)``): the metrics dict.
+
+    Accepted with a ``DeprecationWarning`` naming the new form, shown once per process.
+    """
+    global _warned_keywords
+    import warnings
+
+    if metrics is not None and not isinstance(metrics, dict):
+        from .._function import DEFAULT_METRIC
+
+        if isinstance(metrics, bool) or not isinstance(metrics, (int, float)):
+            raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r}")
+        kwargs = {DEFAULT_METRIC: metrics, **kwargs}
+    elif isinstance(metrics, dict):
+        kwargs = {**metrics, **kwargs}
+    if not _warned_keywords:
+        _warned_keywords = True
+        shown = ", ".join(f"{k!r}: ..." for k in list(kwargs)[:3])
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", DeprecationWarning)  # (ignored by default outside __main__)
+            warnings.warn(f"tune.report(key=value, ...) is Ray's deprecated keyword style; report a dict instead: "
+                          f"tune.report({{{shown}}}) (train.report takes the same).", DeprecationWarning, stacklevel=3)
+    return kwargs
+
+
+def report(metrics: dict[str, Any] | None = None, checkpoint: Checkpoint | None = None, **kwargs: Any) -> None:
     """Report metrics (and optionally a checkpoint) for this training step.
 
     Every rank of a trial calls it at the same step (it is a collective): rank
@@ -295,8 +341,16 @@ def report(metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> Non
         >>> def objective(config):  # doctest: +SKIP
         ...     for step in range(10):
         ...         tuneplat.report({"loss": (config["x"] - 3) ** 2})
+
+    Ray's older keyword style, ``tune.report(loss=..., iterations=...)``, is
+    accepted with a ``DeprecationWarning`` (once per process).
     """
-    _get_session("report").report(metrics, checkpoint)
+    session = _get_session("report")
+    if kwargs or (metrics is not None and not isinstance(metrics, dict)):
+        metrics = _keyword_report(metrics, kwargs)
+    if metrics is None:
+        raise TypeError("report() takes a dict of metrics: tune.report({'loss': ...}).")
+    session.report(metrics, checkpoint)
 
 
 def get_checkpoint() -> Checkpoint | None:

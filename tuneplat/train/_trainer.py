@@ -8,7 +8,7 @@ from typing import Any
 
 from .._config import RunConfig, ScalingConfig
 
-__all__ = ["TorchTrainer", "TrainingFailedError"]
+__all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
 
 
 class TrainingFailedError(RuntimeError):
@@ -25,12 +25,145 @@ def _with_loop_config(fn: Callable[..., Any], torch_config: Any = None) -> Calla
             return fn()
         return fn(cfg)
 
+    del loop.__wrapped__  # type: ignore[attr-defined]  # (its signature is loop(config), whatever fn takes)
     if torch_config is not None:  # read by the rank before it joins the process group (execution/_runner.py)
         loop._tuneplat_torch_config = torch_config  # type: ignore[attr-defined]
     return loop
 
 
-class TorchTrainer:
+_TRAINER_FILE = "trainer.pkl"
+
+
+class DataParallelTrainer:
+    """Runs ``train_loop_per_worker(config)`` on ``scaling_config.num_workers`` ranks (``ray.train.DataParallelTrainer``).
+
+    With more than one rank the ranks join a torch.distributed process group
+    (gloo on CPUs, nccl on GPUs), as :class:`TorchTrainer` does; ``backend_config``
+    may be a :class:`tuneplat.train.torch.TorchConfig`.
+
+    Example:
+        >>> trainer = DataParallelTrainer(train_loop, train_loop_config={"lr": 0.1},  # doctest: +SKIP
+        ...                               scaling_config=ScalingConfig(num_workers=2))
+        >>> result = trainer.fit()  # doctest: +SKIP
+    """
+
+    _name = "DataParallelTrainer"
+
+    def __init__(self, train_loop_per_worker: Callable[..., Any], *, train_loop_config: Mapping[str, Any] | None = None,
+                 scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
+                 torch_config: Any = None, datasets: Any = None, client: Any = None, metadata: Any = None,
+                 resume_from_checkpoint: Any = None, backend_config: Any = None, dataset_config: Any = None) -> None:
+        if not callable(train_loop_per_worker):
+            raise TypeError(f"train_loop_per_worker must be a function, got {type(train_loop_per_worker).__name__}")
+        if datasets:
+            raise NotImplementedError(f"{self._name}(datasets=...) (Ray Data) is not ported: load the data inside "
+                                      "train_loop_per_worker and shard it with train.torch.prepare_data_loader(...).")
+        if resume_from_checkpoint is not None:
+            raise NotImplementedError(f"{self._name}(resume_from_checkpoint=...) is not ported: continue an "
+                                      f"interrupted run with {self._name}.restore(path), or load the checkpoint "
+                                      "inside train_loop_per_worker (pass its path in train_loop_config).")
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = dict(train_loop_config or {})
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config
+        self.client = client
+        self.metadata = metadata
+        torch_config = torch_config if torch_config is not None else backend_config
+        if torch_config is not None and not (hasattr(torch_config, "backend") and hasattr(torch_config, "timeout_s")):
+            raise TypeError("torch_config must be a tuneplat.train.torch.TorchConfig(backend=..., timeout_s=...), "
+                            f"got {type(torch_config).__name__}")
+        self.torch_config = torch_config
+        self._restore_path: str | None = None
+
+    def fit(self) -> Any:
+        """Run once (or continue the run :meth:`restore` found); return its :class:`tuneplat.Result`.
+
+        Raises:
+            TrainingFailedError: when the run failed (after FailureConfig's retries).
+        """
+        import os
+
+        import cloudpickle
+
+        from .._tuner import Tuner
+
+        if self._restore_path is not None:
+            tuner = Tuner.restore(self._restore_path, self, resume_errored=True, client=self.client)
+        else:
+            tuner = Tuner(self, run_config=self.run_config, client=self.client)
+            try:  # what restore() needs when it is not given the training function again (Ray's trainer.pkl)
+                os.makedirs(tuner.experiment_dir, exist_ok=True)
+                path = os.path.join(tuner.experiment_dir, _TRAINER_FILE)  # its run_config may hold credentials
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+                    cloudpickle.dump(self, f)
+            except Exception:  # noqa: BLE001 - restore then needs train_loop_per_worker=
+                pass
+        tuner._caller = f"{self._name}.fit()"
+        result = tuner.fit()[0]
+        if result.error is not None:
+            raise TrainingFailedError(f"Training failed: {result.error}") from result.error
+        status = getattr(result, "status", "TERMINATED")
+        if status != "TERMINATED":  # ended before it finished (interrupted, or no worker could take it)
+            raise TrainingFailedError(f"Training did not finish: the run is {status} (the log above says why; "
+                                      f"{self._name}.restore(<experiment folder>) continues it)")
+        return result
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["client"] = None  # a live Dask client is not part of the trainer's definition
+        return state
+
+    @classmethod
+    def can_restore(cls, path: str) -> bool:
+        """Whether ``path`` (``storage_path/name`` of an earlier ``fit()``) holds a run :meth:`restore` can continue."""
+        from .._tuner import Tuner
+
+        return Tuner.can_restore(path)
+
+    @classmethod
+    def restore(cls, path: str, train_loop_per_worker: Callable[..., Any] | None = None,
+                train_loop_config: Mapping[str, Any] | None = None, **kwargs: Any) -> DataParallelTrainer:
+        """A trainer that continues the interrupted run in ``path`` from its latest checkpoint (``Trainer.restore``).
+
+        Args:
+            path: the run's folder (``storage_path/name``).
+            train_loop_per_worker, train_loop_config: needed only when they changed
+                (or could not be saved with the run); by default the trainer saved
+                by the first ``fit()`` (``trainer.pkl``) is used.
+            **kwargs: ``scaling_config``, ``run_config``, ``client``... to change.
+
+        Example:
+            >>> if TorchTrainer.can_restore(path):  # doctest: +SKIP
+            ...     result = TorchTrainer.restore(path).fit()
+        """
+        import os
+
+        import cloudpickle
+
+        from .._storage import resolve_storage_path
+
+        folder = resolve_storage_path(path)
+        saved: DataParallelTrainer | None = None
+        pkl = os.path.join(folder, _TRAINER_FILE)
+        if os.path.isfile(pkl):
+            with open(pkl, "rb") as f:  # written by this user's own fit() into their experiment folder
+                saved = cloudpickle.load(f)
+        if saved is None and train_loop_per_worker is None:
+            raise ValueError(f"{path} has no {_TRAINER_FILE}: pass the training function again, "
+                             f"{cls.__name__}.restore({path!r}, train_loop_per_worker=...).")
+        if not cls.can_restore(folder):
+            raise FileNotFoundError(f"{path} is not a run that can be restored (no readable journal.jsonl).")
+        fn = train_loop_per_worker or saved.train_loop_per_worker  # type: ignore[union-attr]
+        trainer = cls(fn, train_loop_config=train_loop_config if train_loop_config is not None else
+                      (saved.train_loop_config if saved else None),
+                      scaling_config=kwargs.pop("scaling_config", saved.scaling_config if saved else None),
+                      run_config=kwargs.pop("run_config", saved.run_config if saved else None),
+                      torch_config=kwargs.pop("torch_config", saved.torch_config if saved else None), **kwargs)
+        trainer._restore_path = folder
+        return trainer
+
+
+class TorchTrainer(DataParallelTrainer):
     """Runs ``train_loop_per_worker(config)`` on ``scaling_config.num_workers`` ranks joined by DDP.
 
     Example:
@@ -39,32 +172,4 @@ class TorchTrainer:
         >>> result = trainer.fit()  # doctest: +SKIP
     """
 
-    def __init__(self, train_loop_per_worker: Callable[..., Any], *, train_loop_config: Mapping[str, Any] | None = None,
-                 scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
-                 torch_config: Any = None, datasets: Any = None, client: Any = None, metadata: Any = None,
-                 resume_from_checkpoint: Any = None) -> None:
-        if not callable(train_loop_per_worker):
-            raise TypeError(f"train_loop_per_worker must be a function, got {type(train_loop_per_worker).__name__}")
-        self.train_loop_per_worker = train_loop_per_worker
-        self.train_loop_config = dict(train_loop_config or {})
-        self.scaling_config = scaling_config or ScalingConfig()
-        self.run_config = run_config
-        self.client = client
-        if torch_config is not None and not (hasattr(torch_config, "backend") and hasattr(torch_config, "timeout_s")):
-            raise TypeError("torch_config must be a tuneplat.train.torch.TorchConfig(backend=..., timeout_s=...), "
-                            f"got {type(torch_config).__name__}")
-        self.torch_config = torch_config
-
-    def fit(self) -> Any:
-        """Run once; return its :class:`tuneplat.Result`.
-
-        Raises:
-            TrainingFailedError: when the run failed (after FailureConfig's retries).
-        """
-        from .._tuner import Tuner
-
-        tuner = Tuner(self, run_config=self.run_config, client=self.client)
-        result = tuner.fit()[0]
-        if result.error is not None:
-            raise TrainingFailedError(f"Training failed: {result.error}") from result.error
-        return result
+    _name = "TorchTrainer"

@@ -37,8 +37,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from .. import _session as _sessions
 from ..._checkpoint import load_torch
+from .. import _session as _sessions
 from .._trainer import TorchTrainer
 
 __all__ = ["TorchConfig", "TorchTrainer", "enable_reproducibility", "get_device", "get_devices", "load_torch",
@@ -200,7 +200,7 @@ def _move(batch: Any, device: torch.device, non_blocking: bool) -> Any:
         return type(batch)(_move(b, device, non_blocking) for b in batch)
     if isinstance(batch, collections.abc.Mapping):
         try:
-            return type(batch)({k: _move(v, device, non_blocking) for k, v in batch.items()})
+            return type(batch)({k: _move(v, device, non_blocking) for k, v in batch.items()})  # type: ignore[call-arg]
         except TypeError:
             return {k: _move(v, device, non_blocking) for k, v in batch.items()}
     return batch
@@ -303,7 +303,7 @@ def _with_dist_sampler(loader: DataLoader, rank: int, world_size: int) -> DataLo
     seed = 0
     if shuffle and loader.generator is not None:
         seed = int(loader.generator.initial_seed()) % (2**63)
-    dist_sampler = DistributedSampler(loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
+    dist_sampler: DistributedSampler[Any] = DistributedSampler(loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
                                       drop_last=loader.drop_last)
     kwargs: dict[str, Any] = {
         "batch_size": loader.batch_size, "shuffle": False, "sampler": dist_sampler,

@@ -1,0 +1,78 @@
+"""Trainables for the multi-host tests (imported by the Dask workers on the simulated hosts)."""
+
+from __future__ import annotations
+
+import socket
+
+import tuneplat
+
+
+def sweep(config):
+    for i in range(3):
+        tuneplat.report({"loss": config["x"] + i, "host": socket.gethostname(), "canary": config["canary"]})
+
+
+def ddp(config):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(dist.get_rank())  # different initial weights per rank: DDP must make them equal
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hosts: list[str] = [""] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    for _ in range(3):
+        x = torch.randn(8, 4)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+        gathered = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, flat)
+        same = all(torch.equal(gathered[0], g) for g in gathered)
+        tuneplat.report({"loss": float(loss), "hosts": ",".join(sorted(hosts)), "params_equal": same})
+
+
+def where(config):
+    from tuneplat.train._session import _get_session
+
+    s = _get_session("report")
+    tuneplat.report({"loss": 0.0, "peer": str(s.sock.getpeername()), "local": str(s.sock.getsockname()),
+                     "addr": str(s.spec.tuner_addr)})
+
+
+def checkpointing(config):
+    import os
+    import tempfile
+
+    for i in range(3):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.txt"), "w") as f:
+                f.write(str(i))
+            tuneplat.report({"loss": float(i), "host": socket.gethostname()},
+                            checkpoint=tuneplat.Checkpoint.from_directory(d))
+
+
+def host_dies(config):
+    """Checkpoints every step; on host w2, at step 3, it says so (a marker file) and waits for its host to die."""
+    import os
+    import tempfile
+    import time
+
+    ckpt = tuneplat.get_checkpoint()
+    start = 0
+    if ckpt is not None:
+        with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
+            start = int(f.read())
+    for step in range(start + 1, 6):
+        if step == 3 and socket.gethostname() == "w2":
+            with open(config["marker"], "w") as f:
+                f.write("w2")
+            time.sleep(600)  # the test kills every process of host w2 now
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "step.txt"), "w") as f:
+                f.write(str(step))
+            tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
+                            checkpoint=tuneplat.Checkpoint.from_directory(d))

@@ -1,0 +1,1 @@
+"""``ray.air.integrations``: :mod:`tuneplat.air.integrations.mlflow`."""

@@ -1,0 +1,446 @@
+"""The rank <-> tuner channel: the tuner's result port, TLS, mutual authentication and pre-authentication limits.
+
+Every trial attempt has a 32-byte random token: a 16-byte *id* (it names the
+trial's group) and a 16-byte *secret*. Neither half crosses the channel in the
+clear as a password would: a rank proves that it knows the secret, and the tuner
+proves it too, by challenge and response (HMAC-SHA256 over both sides' nonces)::
+
+    rank  -> tuner   MAGIC + id + nonce_r                       (36 bytes)
+    tuner -> rank    nonce_t + HMAC(secret, "tuner" nonce_r nonce_t)  (48 bytes)
+    rank  -> tuner   HMAC(secret, "rank" nonce_t nonce_r)        (32 bytes)
+
+Only after that exchange does either side unpickle a frame from the other (a
+sniffed exchange gives nothing to replay, and a rank never unpickles bytes from
+a process that merely listens at the tuner's address). When the Dask cluster
+uses TLS, the channel does too, with the cluster's own certificates: the tuner
+serves with the client's certificate, ranks connect with their worker's, and
+each side verifies the other against the cluster's CA.
+
+Before a peer has authenticated, the listener bounds what it can cost: frames
+of at most :data:`PREAUTH_MAX_FRAME` bytes, :data:`AUTH_TIMEOUT_S` to finish
+(TLS handshake included), at most :data:`MAX_PENDING` such connections (the
+oldest is shed for a new one), and running out of descriptors (``EMFILE``)
+sheds the oldest pending connection or pauses accepting briefly instead of
+failing the experiment.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import hmac
+import logging
+import selectors
+import socket
+import ssl
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._settings import env_seconds
+from ._wire import sendall
+
+__all__ = [
+    "AUTH_TIMEOUT_S",
+    "MAX_PENDING",
+    "PREAUTH_MAX_FRAME",
+    "AuthError",
+    "TokenRefused",
+    "Conn",
+    "Listener",
+    "TunerUnreachable",
+    "connect",
+    "new_token",
+    "parse_port_range",
+    "token_id",
+]
+
+logger = logging.getLogger("tuneplat")
+
+MAGIC = b"TPL1"
+ID_BYTES = 16
+SECRET_BYTES = 16
+NONCE_BYTES = 16
+#: the largest frame a peer may send before it has authenticated (the three handshake frames are 32-48 bytes)
+PREAUTH_MAX_FRAME = 256
+#: the largest frame after authentication
+MAX_FRAME = 1 << 30
+#: seconds a peer has to complete the TLS handshake and the token exchange
+AUTH_TIMEOUT_S = env_seconds("TUNEPLAT_AUTH_TIMEOUT_S", 10)
+#: connections that have not authenticated yet, at most (the oldest is dropped for a new one)
+MAX_PENDING = 64
+#: how long the listener stops accepting when the process is out of descriptors and nothing can be shed
+_EMFILE_PAUSE_S = 0.5
+
+_LEN = struct.Struct("!I")
+#: one TLS read returns at most one record (16 KiB of data): a larger buffer is only a larger allocation
+_TLS_READ = 1 << 16
+
+
+class AuthError(ConnectionError):
+    """The peer did not prove it holds the trial's token (or is not the tuner)."""
+
+
+class TokenRefused(AuthError):
+    """The tuner closed the connection instead of answering the token: the trial has ended (or never was)."""
+
+
+class TunerUnreachable(ConnectionError):
+    """Ranks cannot open a connection to the tuner's result port (firewall, wrong address, tunnel)."""
+
+
+def new_token() -> bytes:
+    """A fresh token: 16 bytes of id, 16 bytes of secret."""
+    import secrets
+
+    return secrets.token_bytes(ID_BYTES + SECRET_BYTES)
+
+
+def token_id(token: bytes) -> bytes:
+    return token[:ID_BYTES]
+
+
+def _mac(secret: bytes, label: bytes, a: bytes, b: bytes) -> bytes:
+    return hmac.new(secret, label + a + b, hashlib.sha256).digest()
+
+
+def parse_port_range(value: int | str | None, where: str = "tuner_port") -> tuple[int, int]:
+    """``0``/None (any free port), ``8790``, or ``"8790-8799"`` -> (first, last)."""
+    if value is None or value == "" or value == 0:
+        return (0, 0)
+    if isinstance(value, bool):
+        raise ValueError(f"{where}={value!r} must be a port (8790) or a range ('8790-8799')")
+    if isinstance(value, int):
+        lo = hi = value
+    else:
+        text = str(value).strip()
+        try:
+            if "-" in text:
+                a, b = text.split("-", 1)
+                lo, hi = int(a), int(b)
+            else:
+                lo = hi = int(text)
+        except ValueError:
+            raise ValueError(f"{where}={value!r} must be a port (8790) or a range ('8790-8799')") from None
+    if not (0 < lo <= hi < 65536):
+        raise ValueError(f"{where}={value!r} must be a port in 1-65535 or a range 'first-last' with first <= last")
+    return (lo, hi)
+
+
+# ---------------------------------------------------------------------------------------------- the rank's side
+def _send_raw(sock: socket.socket, data: bytes) -> None:
+    sock.sendall(_LEN.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("the peer closed the connection during authentication")
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv_raw(sock: socket.socket) -> bytes:
+    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+    if n > PREAUTH_MAX_FRAME:
+        raise AuthError(f"the peer sent a {n}-byte frame during authentication")
+    return _recv_exact(sock, n)
+
+
+def connect(address: tuple[str, int], token: bytes, ssl_context: ssl.SSLContext | None = None,
+            timeout: float = 10.0, where: str = "") -> socket.socket:
+    """Open an authenticated connection to the tuner (a rank's side); blocking, no timeout afterwards.
+
+    Raises:
+        TunerUnreachable: no TCP (or TLS) connection within ``timeout``; the message names the address.
+        AuthError: the peer is not the tuner that issued ``token``.
+    """
+    import secrets
+
+    host, port = address
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        raise TunerUnreachable(
+            f"cannot connect to the tuner at {host}:{port}{where}: {type(exc).__name__}: {exc}. The tuner's result "
+            "port must be reachable from every Dask worker: open it in the firewall (RunConfig(tuner_port=...) or "
+            "TUNEPLAT_TUNER_PORT fixes it to a port or range), or give the tuner an address the workers can reach "
+            "(RunConfig(tuner_host=...) or TUNEPLAT_TUNER_HOST)") from None
+    sock: socket.socket = raw
+    try:
+        if ssl_context is not None:
+            try:
+                sock = ssl_context.wrap_socket(raw, server_side=False)
+            except (ssl.SSLError, OSError) as exc:
+                raise AuthError(f"TLS handshake with the tuner at {host}:{port}{where} failed: {exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        nonce_r = secrets.token_bytes(NONCE_BYTES)
+        tid, secret = token[:ID_BYTES], token[ID_BYTES:]
+        _send_raw(sock, MAGIC + tid + nonce_r)
+        try:
+            reply = _recv_raw(sock)
+        except (ConnectionError, OSError) as exc:
+            raise TokenRefused(f"the tuner at {host}:{port} refused this rank's token ({exc}): the trial was "
+                               "probably ended already") from None
+        nonce_t, proof = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
+        if len(nonce_t) != NONCE_BYTES or not hmac.compare_digest(proof, _mac(secret, b"tuner", nonce_r, nonce_t)):
+            raise AuthError(f"the process at {host}:{port} is not the tuner that started this trial "
+                            "(it does not know the trial's token)")
+        _send_raw(sock, _mac(secret, b"rank", nonce_t, nonce_r))
+        sock.settimeout(None)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+# ---------------------------------------------------------------------------------------------- the tuner's side
+class Conn:
+    """One accepted connection: its socket, its read buffer and how far authentication got."""
+
+    __slots__ = ("sock", "buf", "tls", "handshaken", "state", "deadline", "secret", "nonce_r", "nonce_t",
+                 "peer", "group", "rank", "opened")
+
+    def __init__(self, sock: socket.socket, tls: bool) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.tls = tls
+        self.handshaken = not tls
+        self.state = 0  # 0: expects the token id, 1: expects the rank's proof, 2: authenticated
+        self.opened = time.monotonic()
+        self.deadline = self.opened + AUTH_TIMEOUT_S
+        self.secret = b""
+        self.nonce_r = b""
+        self.nonce_t = b""
+        self.peer: Any = None  # what ``lookup`` returned for the token id
+        self.group: Any = None  # the executor's bookkeeping
+        self.rank: Any = None
+
+    @property
+    def authenticated(self) -> bool:
+        return self.state == 2
+
+
+class _Closed(Exception):
+    pass
+
+
+class Listener:
+    """The tuner's result port (see the module docstring).
+
+    Args:
+        selector: the executor's selector; the listener registers its socket
+            (data ``"accept"``) and every accepted connection (data: its :class:`Conn`).
+        host: the address to listen on.
+        ports: ``(0, 0)`` for any free port, else the first and last port to try.
+        ssl_context: a server-side context (TLS), or None (plain TCP).
+        lookup: token id -> ``(secret, peer)`` of a live trial, or None.
+    """
+
+    def __init__(self, selector: selectors.BaseSelector, host: str, ports: tuple[int, int],
+                 ssl_context: ssl.SSLContext | None, lookup: Callable[[bytes], tuple[bytes, Any] | None]) -> None:
+        self.selector = selector
+        self.ssl_context = ssl_context
+        self.lookup = lookup
+        self.pending: dict[Conn, None] = {}  # unauthenticated connections, oldest first
+        self.paused_until: float | None = None
+        self.shed = 0
+        self.sock = _bind(host, ports)
+        self.sock.setblocking(False)
+        self.address: tuple[str, int] = (host, self.sock.getsockname()[1])
+        selector.register(self.sock, selectors.EVENT_READ, "accept")
+
+    # ---------------------------------------------------------------- accepting
+    def accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    if self.pending:  # free a descriptor held by someone who has not authenticated
+                        self._shed_oldest()
+                        continue
+                    logger.warning("tuneplat: out of file descriptors accepting on the tuner's port %s:%d; "
+                                   "pausing accepts for %.1fs", *self.address, _EMFILE_PAUSE_S)
+                    self._pause()
+                    return
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue
+                logger.warning("tuneplat: accept() on the tuner's port failed: %s", exc)
+                return
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.ssl_context is not None:
+                    sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            except OSError:
+                sock.close()
+                continue
+            if len(self.pending) >= MAX_PENDING:
+                self._shed_oldest()
+            conn = Conn(sock, self.ssl_context is not None)
+            self.pending[conn] = None
+            self.selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _shed_oldest(self) -> None:
+        oldest = next(iter(self.pending))
+        self.shed += 1
+        self.close_conn(oldest)
+
+    def _pause(self) -> None:
+        try:
+            self.selector.unregister(self.sock)
+        except (KeyError, ValueError):
+            pass
+        self.paused_until = time.monotonic() + _EMFILE_PAUSE_S
+
+    # ---------------------------------------------------------------- deadlines
+    def next_deadline(self) -> float | None:
+        times = []
+        if self.pending:
+            times.append(next(iter(self.pending)).deadline)
+        if self.paused_until is not None:
+            times.append(self.paused_until)
+        return min(times) if times else None
+
+    def tick(self, now: float) -> None:
+        """Drop peers past their authentication deadline; resume accepting after a pause."""
+        while self.pending:
+            oldest = next(iter(self.pending))
+            if oldest.deadline > now:
+                break
+            self.close_conn(oldest)
+        if self.paused_until is not None and now >= self.paused_until:
+            self.paused_until = None
+            self.selector.register(self.sock, selectors.EVENT_READ, "accept")
+
+    # ---------------------------------------------------------------- reading
+    def read(self, conn: Conn) -> list[bytes] | None:
+        """The authenticated frames that arrived on ``conn``; None when it is closed (EOF, garbage, bad token).
+
+        A connection that returns None has been closed and unregistered here.
+        """
+        try:
+            return self._read(conn)
+        except _Closed:
+            self.close_conn(conn)
+            return None
+
+    def _read(self, conn: Conn) -> list[bytes]:
+        sock = conn.sock
+        if not conn.handshaken:
+            try:
+                sock.do_handshake()  # type: ignore[attr-defined]
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return []
+            except (ssl.SSLError, OSError):
+                raise _Closed() from None
+            conn.handshaken = True
+        try:
+            data = sock.recv(_TLS_READ if conn.tls else 1 << 20)
+            if conn.tls:
+                while sock.pending():  # type: ignore[attr-defined]  # bytes decrypted but not read yet
+                    more = sock.recv(_TLS_READ)
+                    if not more:
+                        break
+                    data += more
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            raise _Closed()
+        buf = conn.buf
+        buf += data
+        frames: list[bytes] = []
+        start = 0
+        end = len(buf)
+        while end - start >= _LEN.size:
+            (n,) = _LEN.unpack_from(buf, start)
+            if n > (MAX_FRAME if conn.state == 2 else PREAUTH_MAX_FRAME):
+                raise _Closed()
+            if end - start < _LEN.size + n:
+                break
+            frame = bytes(buf[start + _LEN.size:start + _LEN.size + n])
+            start += _LEN.size + n
+            if conn.state == 2:
+                frames.append(frame)
+            else:
+                self._auth_step(conn, frame)
+        if start:
+            del buf[:start]
+        if conn.state != 2 and len(buf) > PREAUTH_MAX_FRAME + _LEN.size:
+            raise _Closed()
+        return frames
+
+    def _auth_step(self, conn: Conn, frame: bytes) -> None:
+        import secrets
+
+        if conn.state == 0:
+            if len(frame) != len(MAGIC) + ID_BYTES + NONCE_BYTES or not frame.startswith(MAGIC):
+                raise _Closed()
+            found = self.lookup(frame[len(MAGIC):len(MAGIC) + ID_BYTES])
+            if found is None:
+                raise _Closed()  # unknown or ended trial: unpickle nothing from it
+            conn.secret, conn.peer = found
+            conn.nonce_r = frame[len(MAGIC) + ID_BYTES:]
+            conn.nonce_t = secrets.token_bytes(NONCE_BYTES)
+            proof = _mac(conn.secret, b"tuner", conn.nonce_r, conn.nonce_t)
+            try:
+                send_frame(conn.sock, conn.nonce_t + proof)
+            except OSError:
+                raise _Closed() from None
+            conn.state = 1
+        elif conn.state == 1:
+            if not hmac.compare_digest(frame, _mac(conn.secret, b"rank", conn.nonce_t, conn.nonce_r)):
+                raise _Closed()
+            conn.state = 2
+            conn.secret = b""
+            self.pending.pop(conn, None)
+
+    # ---------------------------------------------------------------- closing
+    def close_conn(self, conn: Conn) -> None:
+        self.pending.pop(conn, None)
+        try:
+            self.selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for conn in list(self.pending):
+            self.close_conn(conn)
+        try:
+            self.selector.unregister(self.sock)
+        except (KeyError, ValueError):
+            pass
+        self.sock.close()
+
+
+def send_frame(sock: socket.socket, data: bytes) -> None:
+    """Send one length-prefixed frame; works on blocking and non-blocking (also TLS) sockets."""
+
+    sendall(sock, _LEN.pack(len(data)) + data)
+
+
+def _bind(host: str, ports: tuple[int, int]) -> socket.socket:
+    lo, hi = ports
+    if lo == 0:
+        return socket.create_server((host, 0), backlog=128)
+    last: OSError | None = None
+    for port in range(lo, hi + 1):
+        try:
+            return socket.create_server((host, port), backlog=128)
+        except OSError as exc:
+            last = exc
+    span = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    raise OSError(f"the tuner cannot listen on {host} port {span}: {last}. Free a port there, or choose another "
+                  "with RunConfig(tuner_port=...) / TUNEPLAT_TUNER_PORT")

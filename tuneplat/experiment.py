@@ -1,0 +1,7 @@
+"""``ray.tune.experiment``: the :class:`Trial` that callbacks and name creators receive."""
+
+from __future__ import annotations
+
+from ._trial import Trial
+
+__all__ = ["Trial"]

@@ -1,0 +1,102 @@
+"""A minimal TensorBoard event-file writer (scalars only), so that no writer thread or protobuf import is needed.
+
+An event file is a sequence of TFRecords (length, masked CRC32C of the length, payload,
+masked CRC32C of the payload), each payload a serialized ``tensorflow.Event``. The
+first event holds ``file_version = "brain.Event:2"``; each scalar is an event with
+``wall_time``, ``step`` and a ``Summary`` of ``Value(tag, simple_value)``. Field
+numbers (from TensorBoard's ``event.proto`` and ``summary.proto``): Event.wall_time 1
+(double), Event.step 2 (int64), Event.file_version 3 (string), Event.summary 5;
+Summary.value 1; Value.tag 1 (string), Value.simple_value 2 (float).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterable
+
+__all__ = ["EventFile"]
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), as TFRecord framing uses."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1  # int64 two's complement for negative steps
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number: int, wire: int) -> bytes:
+    return _varint((number << 3) | wire)
+
+
+def _bytes_field(number: int, payload: bytes) -> bytes:
+    return _field(number, 2) + _varint(len(payload)) + payload
+
+
+def _event(wall_time: float, step: int | None, body: bytes) -> bytes:
+    out = _field(1, 1) + struct.pack("<d", wall_time)
+    if step is not None:
+        out += _field(2, 0) + _varint(int(step))
+    return out + body
+
+
+class EventFile:
+    """One ``events.out.tfevents.*`` file in ``folder``; :meth:`scalars` appends, :meth:`close` ends it."""
+
+    def __init__(self, folder: str) -> None:
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
+        self.path = os.path.join(folder, name)
+        self._f = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+        self._record(_event(time.time(), None, _bytes_field(3, b"brain.Event:2")))
+
+    def _record(self, payload: bytes) -> None:
+        head = struct.pack("<Q", len(payload))
+        self._f.write(head + struct.pack("<I", _masked(crc32c(head))) + payload
+                      + struct.pack("<I", _masked(crc32c(payload))))
+
+    def scalars(self, values: Iterable[tuple[str, float]], step: int | None, wall_time: float | None = None) -> None:
+        """One event holding every ``(tag, value)`` at ``step``."""
+        summary = b"".join(
+            _bytes_field(1, _bytes_field(1, tag.encode("utf-8")) + _field(2, 5) + struct.pack("<f", value))
+            for tag, value in values)
+        if summary:
+            self._record(_event(time.time() if wall_time is None else wall_time, step, _bytes_field(5, summary)))
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()

@@ -1,0 +1,114 @@
+"""The process that writes ``progress.csv`` and TensorBoard files for :class:`~tuneplat.logger._files.FileLoggers`.
+
+Run as a script (``python _writer_proc.py CSV TB``) with the standard library only, so
+that it starts in milliseconds. It reads JSON lines on stdin from the tuner:
+``["result", trial_id, trial_dir, result]`` and ``["end", trial_id]``; at end of input
+it closes every file and exits. Keeping this work out of the tuner's process keeps
+it off the tuner's GIL (the loop answers every report in a round trip).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _tbevents import EventFile  # noqa: E402  (this folder, standard library only)
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+class TrialFiles:
+    def __init__(self, path: str, want_csv: bool, want_tb: bool) -> None:
+        self.path = path
+        self.want_csv, self.want_tb = want_csv, want_tb
+        self.csv_file: Any = None
+        self.csv: Any = None
+        self.tb: EventFile | None = None
+
+    def write(self, result: dict[str, Any]) -> None:
+        flat = flatten(result)
+        if self.want_csv:
+            if self.csv is None:
+                name = os.path.join(self.path, "progress.csv")
+                header = None
+                if os.path.isfile(name) and os.path.getsize(name) > 0:  # a restored trial keeps its columns
+                    with open(name, newline="", encoding="utf-8") as f:
+                        header = next(csv.reader(f), None)
+                self.csv_file = open(name, "a", newline="", encoding="utf-8")  # noqa: SIM115
+                self.csv = csv.DictWriter(self.csv_file, fieldnames=header or list(flat), extrasaction="ignore")
+                if not header:
+                    self.csv.writeheader()
+            self.csv.writerow(flat)
+        if self.want_tb:
+            if self.tb is None:
+                self.tb = EventFile(self.path)
+            raw = flat.get("training_iteration")
+            step = int(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
+            stamp = flat.get("timestamp")
+            self.tb.scalars(((f"ray/tune/{k}", float(v)) for k, v in flat.items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "pid"), step,
+                            float(stamp) if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else None)
+
+    def flush(self) -> None:
+        if self.csv_file is not None:
+            self.csv_file.flush()
+        if self.tb is not None:
+            self.tb.flush()
+
+    def close(self) -> None:
+        if self.csv_file is not None:
+            self.csv_file.close()
+            self.csv_file = self.csv = None
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
+
+
+def main() -> None:
+    want_csv, want_tb = sys.argv[1] == "1", sys.argv[2] == "1"
+
+    files: dict[str, TrialFiles] = {}
+    fd = sys.stdin.fileno()
+    pending = b""
+    failed = False
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            try:
+                msg = json.loads(line)
+                if msg[0] == "result":
+                    tf = files.get(msg[1])
+                    if tf is None:
+                        tf = files[msg[1]] = TrialFiles(msg[2], want_csv, want_tb)
+                    tf.write(msg[3])
+                elif msg[0] == "end" and msg[1] in files:
+                    files.pop(msg[1]).close()
+            except Exception as exc:  # noqa: BLE001 - these files are a convenience; say it once, go on
+                if not failed:
+                    failed = True
+                    print(f"tuneplat: could not write progress.csv / TensorBoard files: {exc}", file=sys.stderr)
+        for tf in files.values():  # what arrived so far reaches the files (once per chunk, not per result)
+            tf.flush()
+    for tf in files.values():
+        tf.close()
+
+
+if __name__ == "__main__":
+    main()
