@@ -352,7 +352,7 @@ class _TuneSearchBase(MetaEstimatorMixin, BaseEstimator):
         classes = np.unique(y) if (mode == "partial_fit" and y is not None and is_classifier(self.estimator)) else None
         data = FitData(X, y, fit_params, score_params, splits, classes)
 
-        check_main_guard(self.client, None)  # a script's top level re-run by a spawned worker: a clear error
+        check_main_guard(self.client, None, caller=f"{type(self).__name__}.fit()")  # a spawned child re-running it
         raise_stopper = _StopOnRaise() if self.error_score == "raise" else None
         with cluster_for(self.client) as cluster:
             client = cluster.client
