@@ -12,12 +12,13 @@ def local_client(n_workers: int = 2) -> Iterator[Any]:
     import dask
     from distributed import Client, LocalCluster
 
+    # for the cluster's whole life: its nannies read `daemon` each time they restart a worker (after a kill)
     with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                                dashboard_address="127.0.0.1:0", resources={"CPU": 1})
-    client = Client(cluster, set_as_default=False)
-    try:
-        yield client
-    finally:
-        client.close()
-        cluster.close()
+        client = Client(cluster, set_as_default=False)
+        try:
+            yield client
+        finally:
+            client.close()
+            cluster.close()

@@ -185,3 +185,12 @@ def test_importing_tuneplat_does_not_import_torch():
     code = "import sys, tuneplat, tuneplat.train; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_data_loader_workers_start_after_a_crash_restarted_the_embedded_clusters_workers(storage):
+    # a nanny reads `distributed.worker.daemon` each time it starts a worker process: the embedded cluster keeps it
+    # False for its whole life, so a worker restarted after a crash can still start DataLoader processes
+    grid = tune.Tuner(wt.loader_after_crash, param_space={"k": tune.grid_search([1, 2, 3])},
+                      run_config=_rc(storage, "restarted", failure_config=tune.FailureConfig(max_failures=1))).fit()
+    assert grid.num_errors == 0, [str(e) for e in grid.errors]
+    assert [r.metrics["rows"] for r in grid] == [28, 28, 28]

@@ -188,3 +188,12 @@ def gpu_info(config: dict) -> None:
                            "gpu_ids": ctx.get_trial_resources()["gpu_ids"]}, f)
             tune.report({"device": str(device), "current_device": torch.cuda.current_device(), "step": step},
                         checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def loader_after_crash(config):
+    """Attempt 0 kills its worker process; the retry (on a worker the nanny restarted, or the other one) loads
+    data with DataLoader worker processes, which a daemonic Dask worker cannot start."""
+    if tune.get_context().get_attempt() == 0:
+        os._exit(1)
+    rows = [int(b.sum()) for b in DataLoader(torch.arange(8), batch_size=4, num_workers=1)]
+    tune.report({"rows": sum(rows), "pid": os.getpid()})

@@ -163,6 +163,9 @@ class Cluster:
             # its workers never run the user's __main__ script (Ray's workers don't): see tuneplat/_mainguard.py
             self._no_main = contextlib.ExitStack()  # (a failed start leaves it held: harmless)
             self._no_main.enter_context(embedded_workers())
+            # for the cluster's whole life, not only its start: a nanny reads this each time it (re)starts a worker
+            # process (after a crash), and a daemonic worker cannot start DataLoader worker processes
+            self._no_main.enter_context(dask.config.set({"distributed.worker.daemon": False}))
             # the preload makes worker processes ignore Ctrl-C: the tuner ends trials and closes the cluster
             with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0,
                                   "distributed.worker.preload": ["tuneplat.execution._worker_preload"]}):
