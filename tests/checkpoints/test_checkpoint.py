@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import ckpt_trainables as T
 import pytest
@@ -33,8 +34,11 @@ def test_checkpoint_api_roundtrip(tmp_path):
         assert open(os.path.join(d, "sub", "b.txt")).read() == "B"
     out = ckpt.to_directory(tmp_path / "out")
     assert open(os.path.join(out, "a.txt")).read() == "A"
-    tmp = ckpt.to_directory()
-    assert sorted(os.listdir(tmp)) == ["a.txt", "sub"]
+    tmp = ckpt.to_directory()  # a new temporary folder, the caller's to remove (as in Ray)
+    try:
+        assert sorted(os.listdir(tmp)) == ["a.txt", "sub"]
+    finally:
+        shutil.rmtree(tmp)
     ckpt.set_metadata({"epoch": 3})
     ckpt.update_metadata({"loss": 0.5})
     assert ckpt.get_metadata() == {"epoch": 3, "loss": 0.5}

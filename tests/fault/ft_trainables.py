@@ -22,7 +22,8 @@ def _load_epoch() -> int:
 
 def _report_epoch(epoch: int, extra: dict | None = None) -> None:
     ctx = train.get_context()
-    with tempfile.TemporaryDirectory() as d:
+    # in the trial's folder (the test's tmp_path): a process these tests kill mid-report leaves its scratch there
+    with tempfile.TemporaryDirectory(prefix=".scratch-", dir=ctx.get_trial_dir()) as d:
         ckpt = None
         if ctx.get_world_rank() == 0:
             with open(os.path.join(d, "state.json"), "w") as f:
