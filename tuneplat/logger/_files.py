@@ -73,7 +73,10 @@ class FileLoggers(ControllerCallback):
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_writer_proc.py")
         try:
             self._proc = subprocess.Popen([sys.executable, script, str(int(self.want_csv)), str(int(self.want_tb))],
-                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                          # a terminal's Ctrl-C is the tuner's to handle (it ends the run and closes
+                                          # this process's input); this process ends when its input does
+                                          start_new_session=True)
         except OSError as exc:
             logger.warning("tuneplat: cannot start the writer of progress.csv / TensorBoard files: %s", exc)
             return

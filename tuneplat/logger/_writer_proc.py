@@ -111,4 +111,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tuner owns Ctrl-C; this process ends when its input ends
     main()
