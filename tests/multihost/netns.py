@@ -210,4 +210,4 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
     while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(0.05)  # polling another namespace's process (a port, a file): nothing to block on
