@@ -248,6 +248,7 @@ def _recover_result_of_last_checkpoint(trial: Trial) -> None:
     it = metrics.get("training_iteration")
     if isinstance(it, int) and it > trial.iteration and metrics.get("trial_id", trial.trial_id) == trial.trial_id:
         trial.results.append(dict(metrics))
+        trial.recovered_result = True
 
 
 def _drop_missing_checkpoints(trial: Trial) -> None:

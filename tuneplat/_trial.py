@@ -67,6 +67,9 @@ class Trial:
     restart_iteration: int | None = None
     #: the trial failed in a way a retry cannot fix (a misspelt metric): no retries
     no_retry: bool = False
+    #: restore took its last result from its last checkpoint's metrics (the tuner died between the two journal
+    #: lines): the resumed run journals it again, or the next restore would lose it
+    recovered_result: bool = False
 
     def __str__(self) -> str:
         return self.name

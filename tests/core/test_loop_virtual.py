@@ -305,3 +305,35 @@ def test_a_slow_remote_commit_never_delays_another_trials_decisions(storage):
     # the other trial's third result was recorded before the slow trial's first
     other = next(r.trial_id for r in grid if r.trial_id != slow_id)
     assert order.index((other, 3)) < order.index((slow_id, 1))
+
+
+def test_a_result_recovered_from_its_checkpoint_survives_a_second_restore(storage):
+    """The tuner died after journaling checkpoint 3 (with its metrics) but before the result line of iteration 3.
+    Restore takes that result from the checkpoint; the resumed run must journal it, or a later restore of the same
+    folder (after the trial moved on to checkpoint 10) would show iterations 1, 2, 4, ... (a lost result)."""
+    from tuneplat._restore import load_trials
+
+    grid = _tuner(storage, curve, {"floor": 0.0}, slots=1).fit()
+    path = grid.experiment_path
+    journal = os.path.join(path, "journal.jsonl")
+    kept, ckpt3 = [], None
+    for line in open(journal, encoding="utf-8"):
+        e = json.loads(line)
+        it = e.get("iteration") or (e.get("result") or {}).get("training_iteration")
+        if e["event"] == "checkpoint" and e["iteration"] == 3:
+            ckpt3 = e["path"]
+            kept.append(line)
+        elif e["event"] in ("result", "checkpoint", "decision") and it >= 3:
+            continue  # (the crash came before these)
+        elif e["event"] in ("trial_end", "experiment_end", "checkpoint_deleted"):
+            continue
+        else:
+            kept.append(line)
+    assert ckpt3 is not None
+    with open(journal, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.makedirs(ckpt3, exist_ok=True)  # (virtual checkpoints are empty folders)
+    rc = tune.RunConfig(name="exp", storage_path=storage, verbose=0, mlflow=False)
+    tune.Tuner.restore(path, curve, executor=VirtualTimeExecutor(num_slots=1), run_config=rc).fit()
+    (trial,), _ = load_trials(path)  # what the next restore (or tuneplat status) sees
+    assert [r["training_iteration"] for r in trial.results] == list(range(1, 11))

@@ -192,7 +192,11 @@ class TuneLoop:
             {"trial_id": t.trial_id, "config": t.config, "status": t.status.value, "result": t.last_result or None}
             for t in self.trials
         ])
+        assert self.journal is not None
         for t in self.trials:
+            if t.recovered_result:  # its result line was lost with the last tuner: journal it now
+                t.recovered_result = False
+                self.journal.append({"event": "result", "trial_id": t.trial_id, "result": to_jsonable(t.results[-1])})
             self.scheduler.on_trial_add(t.trial_id, t.config)
             for r in t.results:
                 self.scheduler.on_trial_result(t.trial_id, r)
