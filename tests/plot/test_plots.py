@@ -304,14 +304,15 @@ def test_an_experiment_on_s3_is_drawn_from_its_url(dask_client, s3, cache_dir, m
     # from the URL alone, on a machine without the local cache: fsspec's configuration finds the server
     import shutil
 
+    import s3fs
+
     shutil.rmtree(cache_dir)
+    s3fs.S3FileSystem.clear_instance_cache()  # an instance an earlier test configured would answer for the URL
     with pytest.raises(plot.PlotError, match=f"{url}/results/remote: cannot read the experiment: "):
         plot.load_experiment(f"{url}/results/remote")  # no credentials, no endpoint: said plainly
     for k, v in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                  "AWS_DEFAULT_REGION": "eu-west-1"}.items():
         monkeypatch.setenv(k, v)
-    import s3fs
-
     s3fs.S3FileSystem.clear_instance_cache()  # the instance above was made without them
     saved = plot.save_plots(f"{url}/results/remote", str(tmp_path / "p"), "curves,history")
     assert sorted(saved.files) == ["learning_curves", "optimization_history"]
