@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -147,3 +148,14 @@ def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("TUNEPLAT_CACHE_DIR", str(d))
     return d
+
+
+
+@pytest.fixture(autouse=True)
+def _tuneplat_logger_as_found():
+    """``tuneplat.cli.main()`` run in-process configures the ``tuneplat`` logger for a terminal (its own handler,
+    no propagation): put it back after each test, so later tests' ``caplog`` sees tuneplat's warnings."""
+    log = logging.getLogger("tuneplat")
+    saved = (list(log.handlers), log.level, log.propagate)
+    yield
+    log.handlers[:], log.level, log.propagate = saved[0], saved[1], saved[2]
