@@ -26,7 +26,23 @@ def _ignore_sigint() -> None:
         pass
 
 
+class _TlsCloseRace(logging.Filter):
+    """Drop the traceback of a heartbeat that races the embedded cluster's TLS scheduler closing.
+
+    When the cluster closes, a worker's last heartbeat can find its TLS connection
+    half-shut ("IOStream is not idle; cannot convert to SSL", from tornado) and
+    logs it at ERROR with a traceback; the worker is being closed anyway and nothing
+    is lost. Only that message is dropped, and only in the embedded cluster's workers.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        text = f"{record.getMessage()} {exc or ''}"
+        return "IOStream is not idle; cannot convert to SSL" not in text
+
+
 def dask_setup(worker: Any = None) -> None:
     """Called by distributed in each worker process when it starts."""
     _ignore_sigint()
     logging.getLogger("distributed").setLevel(logging.WARNING)
+    logging.getLogger("distributed.worker").addFilter(_TlsCloseRace())
