@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._compat import reporter_callbacks
 from ._config import RunConfig, ScalingConfig, TuneConfig
 from ._function import report_returns
 from ._mainguard import check_main_guard
@@ -60,6 +61,19 @@ def _check_picklable(trainable: Any) -> None:
             f"Dask workers: {type(exc).__name__}: {exc}. Create locks, open files, clients and datasets inside the "
             "function (or pass picklable data with tune.with_parameters) instead of capturing them."
         ) from exc
+
+
+def _check_trainer_space(trainer: Any, space: Mapping[str, Any]) -> None:
+    """Ray's rule: a Trainer's search space goes under ``"train_loop_config"`` (its loop sees nothing else)."""
+    stray = [k for k in space if k not in ("train_loop_config", "scaling_config")]
+    if not stray:
+        return
+    loop_space = dict(space.get("train_loop_config") or {})
+    fixed = {"train_loop_config": {**loop_space, **{k: space[k] for k in stray}}}
+    raise ValueError(
+        f"param_space has the top-level key(s) {stray}, but {type(trainer).__name__}'s train_loop_per_worker "
+        "receives only param_space['train_loop_config'] (Ray's rule for a Trainer in a Tuner): every trial would "
+        f"fail with KeyError. Put them under 'train_loop_config': param_space={fixed!r}")
 
 
 def _local_path(storage_path: str | None) -> str:
@@ -126,6 +140,7 @@ class Tuner:
             raise TypeError(f"param_space['scaling_config'] is {self.param_space['scaling_config']!r}; it must be "
                             "a ScalingConfig(...) (the same for every trial).")
         if isinstance(trainable, DataParallelTrainer):
+            _check_trainer_space(trainable, self.param_space)
             self.scaling_config = scaling_config or trainable.scaling_config
             base = dict(trainable.train_loop_config or {})
             loop_space = self.param_space.get("train_loop_config", {})
@@ -216,6 +231,7 @@ class Tuner:
                 callbacks += target_callbacks(self.run_config)
             # Ray's per-trial progress.csv and TensorBoard files, then the user's callbacks
             callbacks += default_file_loggers(self.run_config.callbacks) + adapt_callbacks(self.run_config.callbacks)
+            callbacks += reporter_callbacks(self.run_config.progress_reporter)  # a ProgressReporter of the user's
             syncer = None
             if self._remote_dir is not None:
                 store: CheckpointStore = FsspecCheckpointStore(self._storage_fs, self._remote_dir)

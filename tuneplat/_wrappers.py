@@ -115,12 +115,13 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Parameteriz
     Args:
         trainable: a function ``fn(config, **kwargs)`` (or one already wrapped
             by :func:`with_resources`).
-        **kwargs: the objects, by the parameter names of ``trainable``.
+        **kwargs: the objects, by the parameter names of ``trainable`` (none: the
+            trainable unchanged, as Ray allows).
 
     Raises:
         TypeError: ``trainable`` is not a function, does not take these keyword
             arguments, or an object cannot be pickled.
-        ValueError: no objects were given, or the trainable already has parameters.
+        ValueError: the trainable already has parameters.
 
     Example:
         >>> import tuneplat as tune
@@ -134,9 +135,8 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Parameteriz
     from ._trainable import TrainableFunction
 
     fn, wrapped = _unwrap(trainable, "with_parameters()")
-    if not kwargs:
-        raise ValueError("with_parameters() needs at least one keyword argument to pass to the trainable, "
-                         "e.g. tune.with_parameters(train_fn, data=data).")
+    if not kwargs:  # Ray accepts it (its PyTorch/CIFAR guide starts so): the trainable as it is
+        return wrapped if wrapped is not None else ParameterizedTrainable(fn)
     if wrapped is not None and wrapped._names:
         raise ValueError(f"The trainable already has parameters {list(wrapped._names)}; pass all of them in one "
                          "with_parameters() call.")
