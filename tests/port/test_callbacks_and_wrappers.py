@@ -211,8 +211,6 @@ def test_with_resources_that_never_fit_are_refused_with_the_cluster_described(da
 def test_with_resources_bad_input_is_refused_plainly(storage):
     with pytest.raises(ValueError, match=r"resources\['cpu'\]` is -1"):
         tune.with_resources(P.objective, {"cpu": -1})
-    with pytest.raises(TypeError, match="function of the config is not supported"):
-        tune.with_resources(P.objective, lambda config: {"cpu": config["n"]})
     with pytest.raises(TypeError, match="dict like"):
         tune.with_resources(P.objective, [{"CPU": 1}])
     with pytest.raises(ValueError, match="scaling_config= as well"):
