@@ -37,7 +37,7 @@ from .execution._executor import TrialExecutor
 from .logger import default_file_loggers
 from .search._space import validate_space
 from .tracking import make_callbacks
-from .train._trainer import DataParallelTrainer, _with_loop_config
+from .train._trainer import DataParallelTrainer
 
 __all__ = ["Tuner"]
 
@@ -132,7 +132,7 @@ class Tuner:
             self.param_space["train_loop_config"] = {**base, **loop_space}
             if trainable.run_config is not None and run_config is None:
                 self.run_config = trainable.run_config
-            fn = _with_loop_config(trainable.train_loop_per_worker, trainable.torch_config)
+            fn = trainable.as_trainable()
         elif isinstance(trainable, type) and issubclass(trainable, Trainable):
             fn = TrainableFunction(trainable)
         elif isinstance(trainable, type):

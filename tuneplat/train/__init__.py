@@ -8,6 +8,7 @@ from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from .._result import Result
 from ._session import TrainContext, get_checkpoint, get_context, report
 from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
+from .data import DataConfig, DataIterator, get_dataset_shard
 
 
 def __getattr__(name: str) -> object:
@@ -21,6 +22,8 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "DataConfig",
+    "DataIterator",
     "DataParallelTrainer",
     "FailureConfig",
     "Result",
@@ -32,5 +35,6 @@ __all__ = [
     "TrainingFailedError",
     "get_checkpoint",
     "get_context",
+    "get_dataset_shard",
     "report",
 ]
