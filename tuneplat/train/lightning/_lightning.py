@@ -270,7 +270,7 @@ def _logs_in_trial_dir(trainer: Any) -> None:
     ranks keep the worker's directory, so the default ``lightning_logs/`` (and
     the checkpoints Lightning saves there) goes to the trial folder instead.
     """
-    session = getattr(_sessions._local, "session", None) or _sessions._process_session
+    session = _sessions.current_session()
     cwd = os.getcwd()
     if session is None or os.path.abspath(str(getattr(trainer, "_default_root_dir", ""))) != cwd:
         return

@@ -57,7 +57,7 @@ class RayTrainReportCallback(TrainerCallback):
         metrics.setdefault("step", state.global_step)
         if state.epoch is not None:
             metrics.setdefault("epoch", state.epoch)
-        session = getattr(_sessions._local, "session", None) or _sessions._process_session
+        session = _sessions.current_session()
         _barrier()  # every rank has written its part (rank 0 the model, each rank its RNG state) before any copy
         source = transformers.trainer.get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
         if source is None or _shares_folder_with_rank0(session):

@@ -71,7 +71,7 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
     """
     if not isinstance(trainer, transformers.Trainer):
         raise TypeError(f"prepare_trainer() takes a transformers.Trainer, got {type(trainer).__name__}")
-    session = getattr(_sessions._local, "session", None) or _sessions._process_session
+    session = _sessions.current_session()
     out = trainer.args.output_dir
     if session is not None and out and not os.path.isabs(out):
         trainer.args.output_dir = os.path.join(session.spec.trial_dir, out)
