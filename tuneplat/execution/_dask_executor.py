@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,7 @@ class _Rank:
     chained: bool = False  # started by ("next", spec) on a runner that ran an earlier trial
     started_ack: bool = True  # a chained rank acknowledged "next" (user code runs): False until then
     conn_shut: bool = False  # we shut its connection down (group aborted): its runner cannot take more
+    request: Mapping[str, float] | None = None  # what the rank was placed with (None: the experiment's request)
 
 
 @dataclass
@@ -107,6 +109,7 @@ class _Group:
 class _Reservation:
     runner: _Rank | None = None  # an idle single-rank runner: the trial chains onto its Dask task
     placement: list[Assignment] | None = None
+    request: Mapping[str, float] | None = None  # what each rank was reserved with
 
 
 class DaskTrialExecutor(TrialExecutor):
@@ -245,22 +248,33 @@ class DaskTrialExecutor(TrialExecutor):
         return len(self.groups)
 
     # ------------------------------------------------------------------ starting trials
-    def reserve(self) -> _Reservation | None:
-        runner = self._take_idle()  # an idle runner first: the trial starts in the Dask task already there
-        if runner is not None:
-            self._starved_since = None
-            return _Reservation(runner=runner)
+    def reserve(self, request: Mapping[str, float] | None = None,
+                world_size: int | None = None) -> _Reservation | None:
         ctx = self.ctx
-        placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
+        request = dict(ctx.request if request is None else request)
+        world_size = ctx.world_size if world_size is None else world_size
+        if world_size == 1:
+            # an idle runner first: the trial starts in the Dask task already there (when it was placed for as much)
+            runner = self._take_idle(request)
+            if runner is not None:
+                self._starved_since = None
+                return _Reservation(runner=runner, request=request)
+        placement = self.ledger.allocate(request, world_size, ctx.placement_strategy)
+        if placement is None and self.idle:  # idle runners of another shape hold slots: let them go
+            self._dismiss_idle()
+            placement = self.ledger.allocate(request, world_size, ctx.placement_strategy)
         if placement is None and not self.groups:  # nothing running will free a slot: the cluster changed
             self._refresh_ledger()  # (and keep looking while a replacement worker is awaited)
-            placement = self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
+            placement = self.ledger.allocate(request, world_size, ctx.placement_strategy)
         if placement is None:
             if not self.groups and self._starved_since is None:
                 self._starved_since = time.monotonic()
             return None
         self._starved_since = None
-        return _Reservation(placement=placement)
+        return _Reservation(placement=placement, request=request)
+
+    def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
+        self.ledger.check_fits_empty(request, world_size, self.ctx.placement_strategy)
 
     def unreserve(self, reservation: _Reservation) -> None:
         if reservation.runner is not None:
@@ -276,21 +290,24 @@ class DaskTrialExecutor(TrialExecutor):
         for a in placement:
             if a.host not in hosts:
                 hosts.append(a.host)
-        ranks = [_Rank(i, a) for i, a in enumerate(placement)]
+        ranks = [_Rank(i, a, request=reservation.request) for i, a in enumerate(placement)]
         group = _Group(spec.trial_id, spec.attempt, token, ranks)
         self.groups[spec.trial_id] = group
         self.tokens[token_id(token)] = group
         ctx = self.ctx
+        backend = ctx.backend or "gloo"
+        if reservation.request is not None and dict(reservation.request) != dict(ctx.request):
+            backend = "nccl" if reservation.request.get("GPU", 0) > 0 else "gloo"  # this trial's own resources
         for r in ranks:
             a = r.assignment
             same_host = [x for x in placement if x.host == a.host]
             rank_spec = RankSpec(
                 trial_id=spec.trial_id, trial_name=spec.name, experiment_name=ctx.experiment_name,
-                trial_dir=spec.path, attempt=spec.attempt, rank=r.index, world_size=ctx.world_size,
+                trial_dir=spec.path, attempt=spec.attempt, rank=r.index, world_size=len(placement),
                 local_rank=same_host.index(a), local_world_size=len(same_host), node_rank=hosts.index(a.host),
                 tuner_addr=self.tuner_addr, token=token, config=dict(spec.config),
                 start_iteration=spec.start_iteration, time_offset=spec.time_offset,
-                checkpoint_path=spec.checkpoint_path, backend=ctx.backend or "gloo", gpu_ids=list(a.gpu_ids),
+                checkpoint_path=spec.checkpoint_path, backend=backend, gpu_ids=list(a.gpu_ids),
                 host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
                 channel_tls=self.channel_tls,
@@ -494,15 +511,18 @@ class DaskTrialExecutor(TrialExecutor):
         rank.channel = None
         self.ledger.release(rank.assignment)
 
-    def _take_idle(self) -> _Rank | None:
-        """An idle runner that can take a trial: its connection is open and its worker still placeable."""
-        while self.idle:
-            rank = self.idle.pop()
+    def _take_idle(self, request: Mapping[str, float]) -> _Rank | None:
+        """An idle runner that can take a trial asking ``request``: its connection is open, its worker still
+        placeable, and it was placed with the same request (a runner of another shape stays parked)."""
+        for rank in reversed(list(self.idle)):
             addr = rank.assignment.address
-            if (rank.conn is not None and rank.future is not None and addr in self.ledger.slots
+            if not (rank.conn is not None and rank.future is not None and addr in self.ledger.slots
                     and addr not in self.ledger.quarantined):
+                self._unpark(rank, bye=True)
+                continue
+            if dict(rank.request if rank.request is not None else self.ctx.request) == request:
+                self.idle.remove(rank)
                 return rank
-            self._unpark(rank, bye=True)
         return None
 
     def _dismiss_idle(self) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._config import RunConfig, ScalingConfig
+from ..trainables._base import ConvertibleTrainer, TrainerParts
 
 __all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
 
@@ -34,7 +35,7 @@ def _with_loop_config(fn: Callable[..., Any], torch_config: Any = None) -> Calla
 _TRAINER_FILE = "trainer.pkl"
 
 
-class DataParallelTrainer:
+class DataParallelTrainer(ConvertibleTrainer):
     """Runs ``train_loop_per_worker(config)`` on ``scaling_config.num_workers`` ranks (``ray.train.DataParallelTrainer``).
 
     With more than one rank the ranks join a torch.distributed process group
@@ -91,14 +92,17 @@ class DataParallelTrainer:
                 self._dataset_names = list(self._sources)
                 dataset_config.check_names(self._dataset_names)
 
-    def as_trainable(self) -> Callable[..., Any]:
-        """What the tuner runs on every rank: the loop with its config (and its datasets, when given)."""
-        loop = _with_loop_config(self.train_loop_per_worker, self.torch_config)
+    def as_trainable(self) -> TrainerParts:
+        """This trainer as the function each rank runs (with its datasets), its config, resources and run config."""
+        fn = _with_loop_config(self.train_loop_per_worker, self.torch_config)
         if self._sources:
             from .data._loop import DatasetLoop
 
-            return DatasetLoop(loop, self._sources, self.dataset_config)
-        return loop
+            fn = DatasetLoop(fn, self._sources, self.dataset_config)
+        return TrainerParts(
+            fn=fn,
+            train_loop_config=dict(self.train_loop_config or {}), scaling_config=self.scaling_config,
+            run_config=self.run_config)
 
     def fit(self) -> Any:
         """Run once (or continue the run :meth:`restore` found); return its :class:`tuneplat.Result`.
