@@ -110,14 +110,24 @@ class FailureConfig:
         max_failures: retries from the latest checkpoint before the trial is ERROR
             (-1: unlimited).
         fail_fast: end the experiment at the first trial error (it stays restorable).
+        max_preemption_failures: Ray Train V2's separate budget for restarts
+            caused by a preempted (drained, retired) worker, default -1
+            (unlimited), so preemptions do not use up ``max_failures``. Kept
+            with the run for the elastic groups' preemption handling
+            (``docs/elastic.md``); where no preemption is detected, a lost
+            worker counts against ``max_failures`` (``docs/porting-from-ray.md``).
     """
 
     max_failures: int = 0
     fail_fast: bool | str = False
+    max_preemption_failures: int = -1
 
     def __post_init__(self) -> None:
         _check(isinstance(self.max_failures, int) and self.max_failures >= -1,
                "FailureConfig.max_failures", self.max_failures, "an int >= 0, or -1 for unlimited")
+        _check(isinstance(self.max_preemption_failures, int) and not isinstance(self.max_preemption_failures, bool)
+               and self.max_preemption_failures >= -1, "FailureConfig.max_preemption_failures",
+               self.max_preemption_failures, "an int >= 0, or -1 for unlimited (Ray's default)")
 
 
 @dataclass

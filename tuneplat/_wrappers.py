@@ -86,14 +86,14 @@ class ParameterizedTrainable:
 
 def _unwrap(trainable: Any, where: str) -> tuple[Callable[..., Any], ParameterizedTrainable | None]:
     from ._trainable import Trainable, TrainableFunction
-    from .train._trainer import TorchTrainer
+    from .trainables._base import ConvertibleTrainer
 
     if isinstance(trainable, ParameterizedTrainable):
         return trainable._fn, trainable
     if isinstance(trainable, type) and issubclass(trainable, Trainable):
         return TrainableFunction(trainable), None  # parameters go to setup(config, **parameters), as in Ray
-    if isinstance(trainable, TorchTrainer):
-        raise TypeError(f"{where} wraps a function trainable; a TorchTrainer takes its data through "
+    if isinstance(trainable, ConvertibleTrainer):
+        raise TypeError(f"{where} wraps a function trainable; a {type(trainable).__name__} takes its data through "
                         "train_loop_config (or load it inside train_loop_per_worker) and its resources through "
                         "ScalingConfig(num_workers=..., resources_per_worker=...).")
     if isinstance(trainable, type):
@@ -116,12 +116,13 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Parameteriz
     Args:
         trainable: a function ``fn(config, **kwargs)`` (or one already wrapped
             by :func:`with_resources`).
-        **kwargs: the objects, by the parameter names of ``trainable``.
+        **kwargs: the objects, by the parameter names of ``trainable`` (none: the
+            trainable unchanged, as Ray allows).
 
     Raises:
         TypeError: ``trainable`` is not a function, does not take these keyword
             arguments, or an object cannot be pickled.
-        ValueError: no objects were given, or the trainable already has parameters.
+        ValueError: the trainable already has parameters.
 
     Example:
         >>> import tuneplat as tune
@@ -135,9 +136,8 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Parameteriz
     from ._trainable import TrainableFunction
 
     fn, wrapped = _unwrap(trainable, "with_parameters()")
-    if not kwargs:
-        raise ValueError("with_parameters() needs at least one keyword argument to pass to the trainable, "
-                         "e.g. tune.with_parameters(train_fn, data=data).")
+    if not kwargs:  # Ray accepts it (its PyTorch/CIFAR guide starts so): the trainable as it is
+        return wrapped if wrapped is not None else ParameterizedTrainable(fn)
     if wrapped is not None and wrapped._names:
         raise ValueError(f"The trainable already has parameters {list(wrapped._names)}; pass all of them in one "
                          "with_parameters() call.")

@@ -149,8 +149,6 @@ def test_with_parameters_gives_every_trial_its_own_copy(dask_client, storage):
 def test_with_parameters_bad_input_is_refused_plainly():
     with pytest.raises(TypeError, match=r"cannot be called as fn\(config, missing=...\)"):
         tune.with_parameters(P.objective, missing=1)
-    with pytest.raises(ValueError, match="at least one keyword argument"):
-        tune.with_parameters(P.with_data)
     with pytest.raises(ValueError, match="already has parameters"):
         tune.with_parameters(tune.with_parameters(P.with_data, data=[1]), scale=2.0)
     with pytest.raises(TypeError, match="TorchTrainer"):
@@ -159,6 +157,16 @@ def test_with_parameters_bad_input_is_refused_plainly():
 
     with pytest.raises(TypeError, match="cannot be pickled"):
         tune.with_parameters(P.with_data, data=threading.Lock())
+
+
+def test_with_parameters_without_keywords_is_the_trainable_unchanged():
+    # Ray's PyTorch/CIFAR guide starts with tune.with_parameters(train_cifar) and adds data later
+    seen = []
+    wrapped = tune.with_parameters(lambda config: seen.append(config))
+    wrapped({"a": 1})
+    assert seen == [{"a": 1}]
+    sized = tune.with_parameters(tune.with_resources(P.objective, {"cpu": 1}))
+    assert sized._tuneplat_resources.per_worker() == {"CPU": 1.0}
 
 
 def test_with_parameters_called_directly_runs_the_function():

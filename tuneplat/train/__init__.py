@@ -6,7 +6,15 @@ from .._checkpoint import Checkpoint
 from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from .._result import Result
-from ._session import TrainContext, get_checkpoint, get_context, report
+from ._session import (
+    CheckpointUploadMode,
+    PreemptionInfo,
+    TrainContext,
+    get_checkpoint,
+    get_context,
+    get_preemption_info,
+    report,
+)
 from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
 
 
@@ -21,8 +29,10 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointUploadMode",
     "DataParallelTrainer",
     "FailureConfig",
+    "PreemptionInfo",
     "Result",
     "RunConfig",
     "ScalingConfig",
@@ -32,5 +42,6 @@ __all__ = [
     "TrainingFailedError",
     "get_checkpoint",
     "get_context",
+    "get_preemption_info",
     "report",
 ]
