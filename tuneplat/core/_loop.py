@@ -165,7 +165,13 @@ class TuneLoop:
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:
         metric, mode = self.metric, self.mode
-        if (isinstance(metric, list) and self.scheduler.requires_objective()
+        multi = getattr(self.scheduler, "supports_multi_objective", None)
+        if isinstance(metric, list) and callable(multi) and multi() and not isinstance(
+                getattr(self.scheduler, "metric", None), str):
+            # MO-ASHA / multi-objective HyperBand: the scheduler decides on every objective of the TuneConfig
+            self.scheduler.set_objective(metric, mode)
+            metric = mode = None
+        elif (isinstance(metric, list) and self.scheduler.requires_objective()
                 and getattr(self.scheduler, "metric", None) is None):
             raise ValueError(
                 f"TuneConfig(metric={metric!r}, mode={mode!r}) is multi-objective, but "

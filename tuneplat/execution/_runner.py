@@ -7,6 +7,7 @@ import inspect
 import logging
 import os
 import socket
+import sys
 import traceback
 import weakref
 from collections.abc import Callable
@@ -429,6 +430,7 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             except Exception:  # noqa: BLE001 - the trial's outcome is decided; keep the worker healthy
                 logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
         heartbeat.detach(session)
+        _reset_framework_state()
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)
             store = None
@@ -441,6 +443,23 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             else:
                 os.environ[k] = v
     return outcome, idle
+
+
+def _reset_framework_state() -> None:
+    """Forget process-wide state that frameworks keep about the process group of the trial that just ended.
+
+    ``accelerate`` (under ``transformers.Trainer``) keeps its distributed state
+    (ranks, world size, device) in class-level singletons: a later trial in this
+    worker process would otherwise train with the previous trial's group.
+    """
+    state = sys.modules.get("accelerate.state")
+    if state is None:
+        return
+    try:
+        state.AcceleratorState._reset_state(True)
+        state.GradientState._reset_state()
+    except Exception:  # noqa: BLE001 - another accelerate version: the next trial builds its own state anyway
+        logger.debug("tuneplat: could not reset accelerate's state", exc_info=True)
 
 
 def _send(session: Session, msg: Any) -> bool:
