@@ -424,7 +424,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         tuner = sweep.tuner()
     except (ValueError, TypeError) as exc:
         raise _Fail(f"{args.sweep_file}: {str(exc).splitlines()[0]}") from None
-    _save_sweep(sweep, tuner.experiment_dir, tuner._remote_dir)
+    # saved once fit() made the folder this run's (a previous run there moves aside, with its own sweep file)
+    tuner._before_run = lambda: _save_sweep(sweep, tuner.experiment_dir, tuner._remote_dir)
     results = _fit(tuner)
     return _summary(results, tuner.experiment_dir, tuner.tune_config.metric, tuner.tune_config.mode,
                     tuner.run_config.verbose)

@@ -33,7 +33,7 @@ def no_nanny_cluster(tmp_path):
 
     scheduler_file = str(tmp_path / "scheduler.json")
     env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False",
-               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "execution")]))
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "execution")]))
     log = open(tmp_path / "cluster.log", "w")  # noqa: SIM115 - closed below
     procs = [popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
                     "--port", "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",

@@ -244,14 +244,21 @@ def test_sigkilled_tuner_restore_reconciles_running_runs(dask_client, storage, m
     assert set(ids.values()) <= finished
 
 
-def test_a_rerun_of_the_same_sweep_gets_a_numbered_parent_run(dask_client, storage, mlflow_server):
+def test_a_rerun_of_the_same_sweep_gets_a_parent_run_named_after_each_folder(dask_client, storage, mlflow_server,
+                                                                              tmp_path):
     cfg = tune.MLflowConfig(tracking_uri=mlflow_server)
     space = {"x": tune.grid_search([0.5])}
     for _ in range(3):
         _fit(dask_client, storage, "rerun_sweep", cfg, space=space)
     c, parents, children = _runs(mlflow_server, "rerun_sweep")
-    assert sorted(p.info.run_name for p in parents) == ["rerun_sweep", "rerun_sweep #2", "rerun_sweep #3"]
+    moved = sorted(n for n in os.listdir(storage) if n.startswith("rerun_sweep."))  # the earlier runs' folders
+    assert len(moved) == 2
+    assert sorted(p.info.run_name for p in parents) == sorted(["rerun_sweep", *moved])
     assert len(children) == 3
+    # the same experiment name from another storage folder: a numbered parent run
+    _fit(dask_client, str(tmp_path / "elsewhere"), "rerun_sweep", cfg, space=space)
+    _c, parents, _children = _runs(mlflow_server, "rerun_sweep")
+    assert "rerun_sweep #2" in [p.info.run_name for p in parents]
     # an experiment whose owner chose a kind keeps it
     exp = c.get_experiment_by_name("rerun_sweep")
     c.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "genai_development")

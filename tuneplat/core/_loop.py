@@ -162,6 +162,8 @@ class TuneLoop:
         self.stop_grace_s = env_seconds("TUNEPLAT_STOP_GRACE_S", 5)  # a stopped trial that does not report
         self.journal: Journal | None = None
         self._looping = False
+        #: where a re-run moved the previous run of this experiment (the MLflow mirror renames its parent run)
+        self.previous_run_dir: str | None = None
 
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:

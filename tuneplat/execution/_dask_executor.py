@@ -36,7 +36,7 @@ from schedulers import Decision
 from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
-from ._cluster import Assignment, Cluster, Ledger, PlacementError
+from ._cluster import Assignment, Cluster, Ledger, PlacementError, trainable_imports
 from ._executor import (
     Ended,
     Event,
@@ -206,7 +206,9 @@ class DaskTrialExecutor(TrialExecutor):
         self.ctx = ctx
         self.trainable = ctx.trainable
         self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0),
-                               security=self._security)
+                               security=self._security, say=ctx.say,
+                               imports=trainable_imports(ctx.raw_trainable, ctx.trainable)
+                               if env_str("TUNEPLAT_PRELOAD_IMPORTS") != "0" else ())
         from ..train._session import current_session
 
         outer = current_session()

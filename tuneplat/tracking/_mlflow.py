@@ -389,9 +389,17 @@ class _Uploader:
         return exp.experiment_id
 
     def _run_name(self, client: Any, st: _RunState) -> str:
-        """A new parent run of a sweep that already has one in this MLflow experiment is named ``<name> #N``."""
+        """A new parent run of a sweep that already has one in this MLflow experiment is named ``<name> #N``.
+
+        A re-run in the same folder (the previous run moved to ``<name>.<time>``)
+        keeps the plain name: the previous run's parent is renamed after its new
+        folder, so names match folders.
+        """
         if not st.parent or "'" in st.name:
             return st.name
+        previous = st.create_tags.get("tuneplat.previous_run_dir")
+        if previous and "'" not in previous:
+            self._rename_previous(client, st, previous)
         try:
             runs = client.search_runs([self.experiment_id], filter_string="tags.`tuneplat.kind` = 'experiment' and "
                                       f"tags.`tuneplat.experiment` = '{st.create_tags.get('tuneplat.experiment')}'",
@@ -404,6 +412,21 @@ class _Uploader:
         numbers = [int(m.group(1) or 1) for r in runs
                    if (m := pattern.fullmatch(r.data.tags.get("mlflow.runName", r.info.run_name or "")))]
         return f"{st.name} #{max(numbers) + 1}" if numbers else st.name
+
+    def _rename_previous(self, client: Any, st: _RunState, previous: str) -> None:
+        """The parent runs of this folder's earlier run take the name and path of the folder it moved to."""
+        here = st.create_tags.get("tuneplat.experiment_dir", "")
+        if "'" in here:
+            return
+        try:
+            runs = client.search_runs([self.experiment_id], filter_string="tags.`tuneplat.kind` = 'experiment' and "
+                                      f"tags.`tuneplat.experiment_dir` = '{here}'", max_results=1000)
+            for r in runs:
+                client.set_tag(r.info.run_id, "mlflow.runName", os.path.basename(previous))
+                client.set_tag(r.info.run_id, "tuneplat.experiment_dir", previous)
+        except Exception as exc:  # noqa: BLE001 - a name only
+            if not self._permanent(exc):
+                raise
 
     def _create(self, client: Any, st: _RunState) -> None:
         if st.resume_id:
@@ -1198,6 +1221,9 @@ class MLflowCallback(Callback):
         params.update({_key(f"space/{k}"): _param_value(v) for k, v in _flatten(ctrl.param_space).items()})
         tags = {"tuneplat.kind": "experiment", "tuneplat.experiment_dir": ctrl.experiment_dir,
                 "tuneplat.experiment": ctrl.experiment_name}
+        previous = getattr(ctrl, "previous_run_dir", None)
+        if previous:  # a re-run: the previous run's parent is renamed after the folder it moved to
+            tags["tuneplat.previous_run_dir"] = previous
         tags.update({str(k): str(v) for k, v in (cfg.tags or {}).items()})
         self._put("run", PARENT, {"name": ctrl.experiment_name, "params": params, "tags": tags,
                                   "resume_id": parent_resume, "start_time": int(time.time() * 1000)})
