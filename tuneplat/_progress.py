@@ -306,6 +306,14 @@ class ProgressReporter:
         return {"counts": counts, "done": done, "total": total, "elapsed": elapsed,
                 "eta": self._eta(done, total, elapsed), "busy": busy, "slots": slots, "best": self.best(trials)}
 
+    def _starting_text(self, trials: Sequence[Trial]) -> str:
+        """While trials run but none has reported yet: what the wait is (worker processes importing, data loading)."""
+        if not trials or any(t.results for t in trials) or not any(t.status == TrialStatus.RUNNING for t in trials):
+            return ""
+        heavy = getattr(getattr(self._loop, "executor", None), "heavy_imports", None) or []
+        what = f"importing {', '.join(heavy)}" if heavy else "imports"
+        return f"first trials starting ({what}, data loading) — no report yet"
+
     def _best_text(self, best: Trial | None) -> str:
         if best is None:
             return f"best {self.metric}: -" if self.metric else ""
@@ -323,6 +331,9 @@ class ProgressReporter:
         line = f"tuneplat [{_clock(n['elapsed'])}] " + ", ".join(parts)
         if n["eta"] is not None:
             line += f" | ETA ~{_clock(n['eta'])}"
+        starting = self._starting_text(trials)
+        if starting:
+            line += f" | {starting}"
         best = self._best_text(n["best"])
         if best:
             line += f" | {best}"
@@ -394,6 +405,9 @@ class ProgressReporter:
         head.add_row(Text(f"{n['done']}/{total if total else '?'} trials", style="bold"), bar,
                      Text(f"{counts}  {timing}" if counts else timing))
         lines: list[Any] = [head]
+        starting = self._starting_text(trials)
+        if starting:
+            lines.append(Text(starting, style="yellow"))
         best = self._best_text(n["best"])
         if best:
             lines.append(Text(best, style="bold green" if n["best"] is not None else "dim"))

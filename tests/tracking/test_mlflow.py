@@ -63,7 +63,12 @@ def test_server_runs_nesting_params_metrics_statuses_artifacts_registry(dask_cli
     view = json.loads(exp.tags["mlflow.sharedViewState.tuneplat"])
     state = json.loads(view["state"])
     assert state["selectedColumns"][:3] == ["metrics.`loss`", "params.`x`", "params.`opt/lr`"]
-    assert state["orderByKey"] == "metrics.`loss`" and state["orderByAsc"] is True
+    # grouped by the sweep's run (parent and trials in one expanded group, its row the best loss); no sort by the
+    # metric, which would list the runs flat
+    assert "orderByKey" not in state
+    assert state["groupBy"] == {"aggregateFunction": "min",
+                                "groupByKeys": [{"mode": "tag", "groupByData": "tuneplat.experiment_dir"}]}
+    assert {r.data.tags["tuneplat.experiment_dir"] for r in [p, *children]} == {results.experiment_path}
 
     by_id = {r.info.run_id: r for r in children}
     assert {r.mlflow_run_id for r in results} == set(by_id)

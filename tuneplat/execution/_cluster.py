@@ -32,7 +32,7 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 #: imports slow enough to name while the workers start (seconds each on a small machine)
-_HEAVY_IMPORTS = frozenset({"torch", "transformers", "lightning", "pytorch_lightning", "tensorflow", "jax", "sklearn",
+HEAVY_IMPORTS = frozenset({"torch", "transformers", "lightning", "pytorch_lightning", "tensorflow", "jax", "sklearn",
                             "xgboost", "lightgbm"})
 
 
@@ -71,7 +71,7 @@ def trainable_imports(*objects: Any) -> list[str]:
             return
         for name in code.co_names:
             value = globs.get(name)
-            if name in _HEAVY_IMPORTS:  # `import torch` inside the function
+            if name in HEAVY_IMPORTS:  # `import torch` inside the function
                 add(name)
             if isinstance(value, types.ModuleType):
                 add(value.__name__)
@@ -221,7 +221,7 @@ class Cluster:
             # process (after a crash), and a daemonic worker cannot start DataLoader worker processes
             self._no_main.enter_context(dask.config.set({"distributed.worker.daemon": False}))
             n_workers = cores // per
-            heavy = [m for m in imports if m.split(".")[0] in _HEAVY_IMPORTS]
+            heavy = [m for m in imports if m.split(".")[0] in HEAVY_IMPORTS]
             if say is not None:
                 say(f"tuneplat: starting {n_workers} worker process{'es' if n_workers != 1 else ''}"
                     + (f" (importing {', '.join(sorted({m.split('.')[0] for m in heavy}))})" if heavy else "")

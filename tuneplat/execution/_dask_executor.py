@@ -36,7 +36,7 @@ from schedulers import Decision
 from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
-from ._cluster import Assignment, Cluster, Ledger, PlacementError, trainable_imports
+from ._cluster import HEAVY_IMPORTS, Assignment, Cluster, Ledger, PlacementError, trainable_imports
 from ._executor import (
     Ended,
     Event,
@@ -205,10 +205,12 @@ class DaskTrialExecutor(TrialExecutor):
     def setup(self, ctx: ExecutorContext) -> None:
         self.ctx = ctx
         self.trainable = ctx.trainable
+        imports = trainable_imports(ctx.raw_trainable, ctx.trainable)
+        #: slow imports the first trials pay for (the progress line names them until the first report)
+        self.heavy_imports = sorted({m.split(".")[0] for m in imports} & HEAVY_IMPORTS)
         self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0),
                                security=self._security, say=ctx.say,
-                               imports=trainable_imports(ctx.raw_trainable, ctx.trainable)
-                               if env_str("TUNEPLAT_PRELOAD_IMPORTS") != "0" else ())
+                               imports=imports if env_str("TUNEPLAT_PRELOAD_IMPORTS") != "0" else ())
         from ..train._session import current_session
 
         outer = current_session()
