@@ -6,7 +6,7 @@ from .._checkpoint import Checkpoint
 from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from .._result import Result
-from ._session import TrainContext, get_checkpoint, get_context, report
+from ._session import TrainContext, get_checkpoint, get_context, report, should_checkpoint
 from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
 
 
@@ -33,4 +33,5 @@ __all__ = [
     "get_checkpoint",
     "get_context",
     "report",
+    "should_checkpoint",
 ]

@@ -13,7 +13,7 @@ from .._checkpoint import Checkpoint
 from .._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 from ..execution._wire import recv_msg, send_msg
 
-__all__ = ["RankSpec", "Session", "TrainContext", "get_checkpoint", "get_context", "report"]
+__all__ = ["RankSpec", "Session", "TrainContext", "get_checkpoint", "get_context", "report", "should_checkpoint"]
 
 
 class StopTrial(BaseException):
@@ -57,6 +57,7 @@ class RankSpec:
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
+    elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
 
 
 class TrainContext:
@@ -134,6 +135,7 @@ class Session:
         self.send_lock = send_lock or threading.Lock()  # shared by every sender on this connection
         self.finished = threading.Event()
         self.save_requested = False  # the last report's answer asked for a checkpoint of that step
+        self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
 
     def send(self, msg: Any) -> None:
@@ -188,6 +190,7 @@ class Session:
         if kind == "decision":
             # the tuner asks for a checkpoint of this step (a callback set result["should_checkpoint"])
             self.save_requested = len(reply) > 2 and bool(reply[2])
+            self.checkpoint_requested = len(reply) > 3 and bool(reply[3])
             if reply[1] != "CONTINUE":
                 self.stopped = True
                 raise StopTrial()
@@ -351,6 +354,29 @@ def report(metrics: dict[str, Any] | None = None, checkpoint: Checkpoint | None 
     if metrics is None:
         raise TypeError("report() takes a dict of metrics: tune.report({'loss': ...}).")
     session.report(metrics, checkpoint)
+
+
+def should_checkpoint() -> bool:
+    """Whether the trial should pass a checkpoint to its next ``report()``: a worker of its group is leaving.
+
+    True after a ``report()`` whose answer said "checkpoint now": a Dask worker
+    holding a rank of this elastic group (``ScalingConfig(num_workers=(min, max))``)
+    was asked to leave (``client.retire_workers``, a cluster scaling down, SIGTERM to
+    ``dask worker``). Every rank sees the same value (it comes with the answer to
+    the collective ``report()``). The group's next ``report(..., checkpoint=...)``
+    is committed, then the group starts again from it without the leaving worker,
+    so no step is lost. It stays False for fixed-size groups. Ray Train has no
+    equivalent (a preempted Ray node is a failure); see ``docs/elastic.md``.
+
+    Example:
+        >>> for epoch in range(start, epochs):  # doctest: +SKIP
+        ...     loss = train_one_epoch(model)
+        ...     ckpt = None
+        ...     if epoch % 10 == 9 or tuneplat.train.should_checkpoint():
+        ...         ckpt = save(model, epoch)
+        ...     tuneplat.train.report({"loss": loss}, checkpoint=ckpt)
+    """
+    return _get_session("should_checkpoint").checkpoint_requested
 
 
 def get_checkpoint() -> Checkpoint | None:
