@@ -8,7 +8,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._config import RunConfig, ScalingConfig, TuneConfig
+from ._compat import reporter_callbacks
+from ._config import RunConfig, ScalingConfig, ScalingSpace, TuneConfig
 from ._function import report_returns
 from ._mainguard import check_main_guard
 from ._restore import TunerStateError, load_trials, load_tuner_state, prepare_resume, restore_problem, save_tuner_state
@@ -29,7 +30,7 @@ from ._storage import (
 from ._trainable import Trainable, TrainableFunction, for_run
 from ._trial import Trial, TrialStatus
 from ._user_callbacks import adapt_callbacks
-from ._wrappers import resources_of
+from ._wrappers import resources_of, trial_resources_of
 from .air.integrations.mlflow import mirror_config, target_callbacks
 from .core import ExperimentLock, TuneError, TuneLoop
 from .execution._dask_executor import DaskTrialExecutor
@@ -60,6 +61,19 @@ def _check_picklable(trainable: Any) -> None:
             f"Dask workers: {type(exc).__name__}: {exc}. Create locks, open files, clients and datasets inside the "
             "function (or pass picklable data with tune.with_parameters) instead of capturing them."
         ) from exc
+
+
+def _check_trainer_space(trainer: Any, space: Mapping[str, Any]) -> None:
+    """Ray's rule: a Trainer's search space goes under ``"train_loop_config"`` (its loop sees nothing else)."""
+    stray = [k for k in space if k not in ("train_loop_config", "scaling_config")]
+    if not stray:
+        return
+    loop_space = dict(space.get("train_loop_config") or {})
+    fixed = {"train_loop_config": {**loop_space, **{k: space[k] for k in stray}}}
+    raise ValueError(
+        f"param_space has the top-level key(s) {stray}, but {type(trainer).__name__}'s train_loop_per_worker "
+        "receives only param_space['train_loop_config'] (Ray's rule for a Trainer in a Tuner): every trial would "
+        f"fail with KeyError. Put them under 'train_loop_config': param_space={fixed!r}")
 
 
 def _local_path(storage_path: str | None) -> str:
@@ -119,13 +133,24 @@ class Tuner:
         self.run_config = run_config or RunConfig()
         self.param_space = dict(param_space or {})
         self.scaling_config = scaling_config
-        if isinstance(self.param_space.get("scaling_config"), ScalingConfig):
+        self._trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = trial_resources_of(trainable)
+        space_sc = self.param_space.get("scaling_config")
+        if isinstance(space_sc, ScalingConfig) and space_sc.has_search_domains():
+            space_sc = self.param_space["scaling_config"] = space_sc.to_space()
+        if isinstance(space_sc, ScalingSpace):
+            # Ray Train's Tuner guide: ScalingConfig(num_workers=tune.grid_search([1, 2])): resolved per trial
+            if self._trial_resources is not None or scaling_config is not None:
+                raise ValueError("param_space['scaling_config'] has search domains, and the trial's resources are "
+                                 "given elsewhere too (scaling_config= or with_resources()); give them in one place.")
+            self._trial_resources = _scaling_of_trial
+        elif isinstance(self.param_space.get("scaling_config"), ScalingConfig):
             # Ray Train's Tuner guide: param_space={"scaling_config": ScalingConfig(...), "train_loop_config": ...}
             self.scaling_config = scaling_config = self.param_space.pop("scaling_config")
         elif "scaling_config" in self.param_space and isinstance(trainable, DataParallelTrainer):
             raise TypeError(f"param_space['scaling_config'] is {self.param_space['scaling_config']!r}; it must be "
                             "a ScalingConfig(...) (the same for every trial).")
         if isinstance(trainable, DataParallelTrainer):
+            _check_trainer_space(trainable, self.param_space)
             self.scaling_config = scaling_config or trainable.scaling_config
             base = dict(trainable.train_loop_config or {})
             loop_space = self.param_space.get("train_loop_config", {})
@@ -145,6 +170,9 @@ class Tuner:
         else:
             raise TypeError(f"trainable must be a function fn(config) or a TorchTrainer, got {type(trainable).__name__}")
         resources = resources_of(trainable)
+        if self._trial_resources is not None and scaling_config is not None and not isinstance(space_sc, ScalingSpace):
+            raise ValueError("The trainable has resources from tune.with_resources() and the Tuner got "
+                             "scaling_config= as well; give them in one place.")
         if resources is not None:  # tune.with_resources: what every trial asks for
             if scaling_config is not None:
                 raise ValueError("The trainable has resources from tune.with_resources() and the Tuner got "
@@ -216,6 +244,7 @@ class Tuner:
                 callbacks += target_callbacks(self.run_config)
             # Ray's per-trial progress.csv and TensorBoard files, then the user's callbacks
             callbacks += default_file_loggers(self.run_config.callbacks) + adapt_callbacks(self.run_config.callbacks)
+            callbacks += reporter_callbacks(self.run_config.progress_reporter)  # a ProgressReporter of the user's
             syncer = None
             if self._remote_dir is not None:
                 store: CheckpointStore = FsspecCheckpointStore(self._storage_fs, self._remote_dir)
@@ -230,6 +259,7 @@ class Tuner:
                 trainable_name=self.trainable_name, executor=executor,
                 store=store, callbacks=callbacks, trials=self._resume[1] if self._resume else None,
                 resume=self._resume is not None, syncer=syncer, raw_trainable=self._raw_trainable,
+                trial_resources=self._trial_resources,
             )
             if self._resume is None:
                 self._set_aside_previous_journal()
@@ -349,6 +379,11 @@ class Tuner:
             scaling_config=scaling_config or (None if resources_of(trainable) else saved.get("scaling_config")),
             client=client, executor=executor, _resume=(path, trials, remote_dir),
         )
+
+
+def _scaling_of_trial(config: Mapping[str, Any]) -> ScalingConfig:
+    """A trial's ScalingConfig from its resolved ``config['scaling_config']`` (a ScalingConfig with domains)."""
+    return ScalingConfig.from_trial_config(config.get("scaling_config"))
 
 
 def result_grid(trials: list[Trial], metric: Any, mode: Any, experiment_dir: str, storage_fs: Any = None,

@@ -55,7 +55,14 @@ def descent(config):
     import torch.distributed as dist
     from torch.utils.data import DataLoader, TensorDataset
 
-    from tuneplat.train import Checkpoint, get_checkpoint, get_context, report, should_checkpoint
+    from tuneplat.train import (
+        Checkpoint,
+        get_checkpoint,
+        get_context,
+        get_preemption_info,
+        report,
+        should_checkpoint,
+    )
     from tuneplat.train.torch import prepare_data_loader
 
     ctx = get_context()
@@ -70,6 +77,8 @@ def descent(config):
             state = torch.load(os.path.join(d, "state.pt"), weights_only=True)
         w, start = state["w"], int(state["step"])
     for step in range(start, config["steps"]):
+        if config.get("until_resized") and world == 1 and step - start >= 3:
+            return  # (the preemption test: three steps on the smaller group, then done)
         (xs, ys), = list(loader)  # one batch: this rank's whole shard
         grad = 2 * xs.T @ (xs @ w - ys) / len(xs)
         if world > 1:
@@ -80,8 +89,9 @@ def descent(config):
         if hook is not None:
             hook(step + 1, rank, world, ctx.get_attempt())
         asked = should_checkpoint()
+        notice = get_preemption_info()  # (Ray Train V2's way to ask the same)
         metrics = {"step": step + 1, "world_size": world, "shard": len(xs), "asked": asked, "w0": float(w[0]),
-                   "w1": float(w[1])}
+                   "w1": float(w[1]), "preempted_ranks": notice.preempted_ranks if notice is not None else None}
         if (step + 1) % config["every"] == 0 or asked:
             with tempfile.TemporaryDirectory() as folder:
                 torch.save({"w": w, "step": step + 1}, os.path.join(folder, "state.pt"))
@@ -254,18 +264,22 @@ def test_a_retiring_worker_is_checkpointed_before_it_goes_and_no_step_is_lost(tm
 
     thread = threading.Thread(target=retire, daemon=True)
     thread.start()
-    result = _fit(cluster, tmp_path, "preempt", {"steps": STEPS, "every": 100, "hook": announce_rank_1_at_step_3})
+    # it trains on 2 ranks until the notice reaches it, then 3 steps on the rank that stays
+    result = _fit(cluster, tmp_path, "preempt", {"steps": 100_000, "every": 10**9, "until_resized": True,
+                                                 "hook": announce_rank_1_at_step_3})
     thread.join(timeout=60)
     assert result.error is None
-    assert [result.metrics["w0"], result.metrics["w1"]] == pytest.approx(reference_weights(), rel=1e-12, abs=1e-12)
     rows = _trial_results(result)
-    steps = [r["step"] for r in rows]
-    assert steps == list(range(1, STEPS + 1))  # every step once: none lost, none trained twice
+    last = rows[-1]["step"]
+    assert [result.metrics["w0"], result.metrics["w1"]] == pytest.approx(reference_weights(last), rel=1e-12,
+                                                                         abs=1e-12)
+    assert [r["step"] for r in rows] == list(range(1, last + 1))  # every step once: none lost, none trained twice
     asked = [r["step"] for r in rows if r["asked"]]
-    # the notice came during step 3 (the rank polls its worker's status): a later report asked for a checkpoint
-    assert len(asked) == 1 and asked[0] >= 4
-    assert [(r["world_size"], r["shard"]) for r in rows] == (
-        [(2, 12)] * asked[0] + [(1, 24)] * (STEPS - asked[0]))
+    # the notice came during step 3 (the rank polls its worker's status): a later report asked for a checkpoint,
+    # which every rank saw, with the leaving rank (Ray's get_preemption_info)
+    assert len(asked) == 1 and asked[0] >= 4 and last == asked[0] + 3
+    assert [r["preempted_ranks"] for r in rows if r["asked"]] == [[1]]
+    assert [(r["world_size"], r["shard"]) for r in rows] == [(2, 12)] * asked[0] + [(1, 24)] * 3
     events = _journal(os.path.dirname(result.path))
     kinds = [e["event"] for e in events]
     assert "preempt_notice" in kinds and "trial_failure" not in kinds and "superseded" not in kinds

@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -104,8 +104,13 @@ class TuneLoop:
                  run_config: RunConfig, scaling_config: ScalingConfig, experiment_dir: str, experiment_name: str,
                  trainable_name: str, executor: TrialExecutor, store: CheckpointStore,
                  callbacks: list[Any] | None = None, trials: list[Trial] | None = None, resume: bool = False,
-                 syncer: ExperimentSync | None = None, raw_trainable: Any = None) -> None:
+                 syncer: ExperimentSync | None = None, raw_trainable: Any = None,
+                 trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = None) -> None:
         self.trainable = trainable
+        #: per-trial resources (``with_resources(fn)``, a ScalingConfig with search domains): config -> ScalingConfig
+        self.trial_resources = trial_resources
+        self._shapes: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> (request per rank, ranks)
+        self._shapes_checked: set[str] = set()
         self.raw_trainable = raw_trainable
         self.executor = executor
         self.store = store
@@ -501,6 +506,7 @@ class TuneLoop:
         return self._new_trial(config)
 
     def _launch_what_fits(self) -> None:
+        """Start queued trials, then new ones, while the executor has room for each (chosen before reserving)."""
         limit = self.tc.max_concurrent_trials
         while True:
             if not self.queue and (self.searcher_done or self.searcher_blocked):
@@ -509,16 +515,57 @@ class TuneLoop:
             if limit is not None and self.executor.running() >= limit:
                 self._set_waiting(0)  # (none of them could start now anyway)
                 return
-            self._set_waiting(self._could_start() - 1)
-            reservation = self.executor.reserve()
+            self._set_waiting(self._could_start() - 1)  # (elastic groups: the others that wait for room)
+            if self.queue:  # first in line: it waits for room of its own shape (no overtaking)
+                trial = self.queue[0]
+                shape = self._shape(trial)
+                if shape is None:
+                    self.queue.popleft()
+                    continue
+                reservation = self.executor.reserve(*shape)
+                if reservation is None:
+                    self._set_waiting(self._could_start())
+                    return
+                self.queue.popleft()
+                self._start(trial, reservation)
+                continue
+            reservation = self.executor.reserve()  # the experiment's shape: no suggestion without room
             if reservation is None:
                 self._set_waiting(self._could_start())
                 return
-            trial = self.queue.popleft() if self.queue else self._suggest()
-            if trial is None:
+            new = self._suggest()
+            shape = self._shape(new) if new is not None else None
+            if new is None or shape is None:
                 self.executor.unreserve(reservation)
                 continue
-            self._start(trial, reservation)
+            if shape != (self.request, self.world_size):
+                self.executor.unreserve(reservation)
+                reservation = self.executor.reserve(*shape)
+                if reservation is None:
+                    self.queue.appendleft(new)  # it waits, first in line, for room of its shape
+                    return
+            self._start(new, reservation)
+
+    def _shape(self, trial: Trial) -> tuple[dict[str, float], int] | None:
+        """``(request per rank, ranks)`` of the trial; None when it can never run (it is ended as ERROR)."""
+        if self.trial_resources is None:
+            return self.request, self.world_size
+        shape = self._shapes.get(trial.trial_id)
+        if shape is None:
+            try:
+                sc = self.trial_resources(trial.config)
+                shape = (sc.per_worker(), sc.max_workers)  # (per-trial groups have a fixed size)
+                key = repr((sorted(shape[0].items()), shape[1]))
+                if key not in self._shapes_checked:
+                    self.executor.check_fits(*shape)
+                    self._shapes_checked.add(key)
+            except (TypeError, ValueError) as exc:  # a bad resources function/value, or a shape that never fits
+                trial.error = f"{type(exc).__name__}: {exc}"
+                self.reporter.say(f"tuneplat: trial {trial.trial_id} cannot run: {trial.error}")
+                self._end_trial(trial, TrialStatus.ERROR)
+                return None
+            self._shapes[trial.trial_id] = shape
+        return shape
 
     def _could_start(self) -> int:
         """How many trials could start now if there were room: queued ones, then new suggestions (elastic only)."""
@@ -564,14 +611,19 @@ class TuneLoop:
         spec = TrialSpec(trial_id=trial.trial_id, name=trial.name, path=trial.path, attempt=attempt,
                          config=trial.config, start_iteration=start_iteration, time_offset=time_offset,
                          checkpoint_path=checkpoint.path if checkpoint else None,
-                         remote_trial_dir=self.store.trial_url(trial.path))
+                         remote_trial_dir=self.store.trial_url(trial.path),
+                         request=self._shapes.get(trial.trial_id, (None, None))[0],
+                         world_size=self._shapes.get(trial.trial_id, (None, None))[1])
         self.running[trial.trial_id] = _Running(attempt, resumed_from_clone=cloned)
         trial.status = TrialStatus.RUNNING
         trial.pending_decision = None
         where = self.executor.start(spec, reservation)
-        self.journal.append({"event": "trial_start", "trial_id": trial.trial_id, "attempt": attempt,
-                             "start_iteration": start_iteration, "workers": where,
-                             "checkpoint": checkpoint.path if checkpoint else None})
+        event: dict[str, Any] = {"event": "trial_start", "trial_id": trial.trial_id, "attempt": attempt,
+                                 "start_iteration": start_iteration, "workers": where,
+                                 "checkpoint": checkpoint.path if checkpoint else None}
+        if spec.request is not None:  # its own resources (with_resources(fn), a ScalingConfig with domains)
+            event["resources"] = {"num_workers": spec.world_size, "resources_per_worker": dict(spec.request)}
+        self.journal.append(event)
         self._record_world_size(trial, len(where), start_iteration)
         for cb in self.callbacks:
             cb.on_trial_start(self, trial)
@@ -793,6 +845,16 @@ class TuneLoop:
             f.close()
         if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
             self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
+        if event.outcome is Outcome.RESIZED and event.preempted:
+            trial.num_preemptions += 1
+            budget = self.rc.failure_config.max_preemption_failures  # type: ignore[union-attr]
+            if budget != -1 and trial.num_preemptions > budget and not self.stopping:
+                trial.error = (f"preempted {trial.num_preemptions} times, more than "
+                               f"FailureConfig(max_preemption_failures={budget}): {event.message}")
+                self._end_trial(trial, TrialStatus.ERROR)
+                self._ready_actions.extend(self._deferred_actions.pop(trial.trial_id, []))
+                self._drain_actions()
+                return
         if event.outcome is Outcome.RESIZED and not self.stopping and decision is None:
             trial.status = TrialStatus.PENDING  # it starts again at once, from the checkpoint just committed
             self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,

@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,7 @@ class _Rank:
     chained: bool = False  # started by ("next", spec) on a runner that ran an earlier trial
     started_ack: bool = True  # a chained rank acknowledged "next" (user code runs): False until then
     conn_shut: bool = False  # we shut its connection down (group aborted): its runner cannot take more
+    request: Mapping[str, float] | None = None  # what the rank was placed with (None: the experiment's request)
 
 
 @dataclass
@@ -100,6 +102,7 @@ class _Group:
     elastic: bool = False  # ScalingConfig(num_workers=(min, max)): it may end to start again at another size
     answer_staged: bool = False  # the report waiting for its answer carried a checkpoint
     preempted: str | None = None  # why (a rank's worker is leaving): resize once a checkpoint is committed
+    preempted_ranks: list[int] = field(default_factory=list)
     resize_reason: str | None = None  # it ends to start again at another size (Outcome.RESIZED)
 
     @property
@@ -112,6 +115,7 @@ class _Group:
 class _Reservation:
     runner: _Rank | None = None  # an idle single-rank runner: the trial chains onto its Dask task
     placement: list[Assignment] | None = None
+    request: Mapping[str, float] | None = None  # what each rank was reserved with
 
 
 class DaskTrialExecutor(TrialExecutor):
@@ -252,32 +256,49 @@ class DaskTrialExecutor(TrialExecutor):
         return len(self.groups)
 
     # ------------------------------------------------------------------ starting trials
-    def reserve(self) -> _Reservation | None:
-        # an idle runner first: the trial starts in the Dask task already there (not for elastic groups: one runner
-        # would pin them to one rank)
-        runner = self._take_idle() if self.ctx.min_world_size is None else None
-        if runner is not None:
-            self._starved_since = None
-            return _Reservation(runner=runner)
-        placement = self._allocate()
+    def reserve(self, request: Mapping[str, float] | None = None,
+                world_size: int | None = None) -> _Reservation | None:
+        ctx = self.ctx
+        request = dict(ctx.request if request is None else request)
+        world_size = ctx.world_size if world_size is None else world_size
+        elastic = self._is_elastic(request, world_size)
+        if world_size == 1 and not elastic:
+            # an idle runner first: the trial starts in the Dask task already there (when it was placed for as much)
+            runner = self._take_idle(request)
+            if runner is not None:
+                self._starved_since = None
+                return _Reservation(runner=runner, request=request)
+        placement = self._allocate(request, world_size, elastic)
+        if placement is None and self.idle:  # idle runners of another shape hold slots: let them go
+            self._dismiss_idle()
+            placement = self._allocate(request, world_size, elastic)
         if placement is None and not self.groups:  # nothing running will free a slot: the cluster changed
             self._refresh_ledger()  # (and keep looking while a replacement worker is awaited)
-            placement = self._allocate()
+            placement = self._allocate(request, world_size, elastic)
         if placement is None:
             if not self.groups and self._starved_since is None:
                 self._starved_since = time.monotonic()
             return None
         self._starved_since = None
-        return _Reservation(placement=placement)
+        return _Reservation(placement=placement, request=request)
 
-    def _allocate(self) -> list[Assignment] | None:
+    def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
+        self.ledger.check_fits_empty(request, world_size, self.ctx.placement_strategy)
+
+    def _is_elastic(self, request: Mapping[str, float], world_size: int) -> bool:
+        """An elastic group: the experiment's ``ScalingConfig(num_workers=(min, max))`` (a trial with resources of
+        its own, ``with_resources``/search domains in ``ScalingConfig``, has a fixed size)."""
         ctx = self.ctx
-        if ctx.min_world_size is None:
-            return self.ledger.allocate(ctx.request, ctx.world_size, ctx.placement_strategy)
+        return ctx.min_world_size is not None and world_size == ctx.world_size and dict(request) == dict(ctx.request)
+
+    def _allocate(self, request: Mapping[str, float], world_size: int, elastic: bool) -> list[Assignment] | None:
+        ctx = self.ctx
+        if not elastic or ctx.min_world_size is None:
+            return self.ledger.allocate(request, world_size, ctx.placement_strategy)
         # an elastic group: as many ranks as fit, up to its maximum; only its minimum while other trials wait
         # (they start first; spare workers grow running groups at their checkpoints once nobody waits)
-        hi = ctx.min_world_size if self.waiting > 0 else ctx.world_size
-        return self.ledger.allocate_between(ctx.request, ctx.min_world_size, hi, ctx.placement_strategy)
+        hi = ctx.min_world_size if self.waiting > 0 else world_size
+        return self.ledger.allocate_between(request, ctx.min_world_size, hi, ctx.placement_strategy)
 
     def set_waiting(self, count: int) -> None:
         self.waiting = count
@@ -296,11 +317,15 @@ class DaskTrialExecutor(TrialExecutor):
         for a in placement:
             if a.host not in hosts:
                 hosts.append(a.host)
-        ranks = [_Rank(i, a) for i, a in enumerate(placement)]
-        group = _Group(spec.trial_id, spec.attempt, token, ranks, elastic=self.ctx.min_world_size is not None)
+        ranks = [_Rank(i, a, request=reservation.request) for i, a in enumerate(placement)]
+        elastic = runner is None and self._is_elastic(reservation.request or self.ctx.request, self.ctx.world_size)
+        group = _Group(spec.trial_id, spec.attempt, token, ranks, elastic=elastic)
         self.groups[spec.trial_id] = group
         self.tokens[token_id(token)] = group
         ctx = self.ctx
+        backend = ctx.backend or "gloo"
+        if reservation.request is not None and dict(reservation.request) != dict(ctx.request):
+            backend = "nccl" if reservation.request.get("GPU", 0) > 0 else "gloo"  # this trial's own resources
         for r in ranks:
             a = r.assignment
             same_host = [x for x in placement if x.host == a.host]
@@ -310,7 +335,7 @@ class DaskTrialExecutor(TrialExecutor):
                 local_rank=same_host.index(a), local_world_size=len(same_host), node_rank=hosts.index(a.host),
                 tuner_addr=self.tuner_addr, token=token, config=dict(spec.config),
                 start_iteration=spec.start_iteration, time_offset=spec.time_offset,
-                checkpoint_path=spec.checkpoint_path, backend=ctx.backend or "gloo", gpu_ids=list(a.gpu_ids),
+                checkpoint_path=spec.checkpoint_path, backend=backend, gpu_ids=list(a.gpu_ids),
                 host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
                 channel_tls=self.channel_tls, elastic=group.elastic,
@@ -341,10 +366,14 @@ class DaskTrialExecutor(TrialExecutor):
             if why is not None:  # its checkpoint of this step is committed: start again from it at another size
                 self._resize(group, why)
                 return
-        checkpoint_now = group.preempted is not None
         reply: tuple[Any, ...] = ("decision", decision.value)
-        if save or checkpoint_now:  # (class trainables save at once; function trainables see should_checkpoint())
-            reply = ("decision", decision.value, True, checkpoint_now)
+        if group.preempted is not None:
+            # "checkpoint now": class trainables save at once (save=True); function trainables see
+            # should_checkpoint() / get_preemption_info() and pass a checkpoint to their next report
+            reply = ("decision", decision.value, True, {"ranks": list(group.preempted_ranks),
+                                                        "reason": group.preempted})
+        elif save:
+            reply = ("decision", decision.value, True)
         for r in group.ranks:
             self._send(r, reply)
 
@@ -376,6 +405,8 @@ class DaskTrialExecutor(TrialExecutor):
     def _on_preempt(self, group: _Group, rank: _Rank, message: str) -> None:
         """A rank's worker is leaving: nothing more goes there; the group checkpoints, then resizes."""
         self.ledger.quarantine(rank.assignment.address)  # (until it leaves the cluster)
+        if rank.index not in group.preempted_ranks:
+            group.preempted_ranks.append(rank.index)
         if group.preempted is not None or group.aborted:
             return
         host = rank.hostname or rank.assignment.host
@@ -559,15 +590,18 @@ class DaskTrialExecutor(TrialExecutor):
         rank.channel = None
         self.ledger.release(rank.assignment)
 
-    def _take_idle(self) -> _Rank | None:
-        """An idle runner that can take a trial: its connection is open and its worker still placeable."""
-        while self.idle:
-            rank = self.idle.pop()
+    def _take_idle(self, request: Mapping[str, float]) -> _Rank | None:
+        """An idle runner that can take a trial asking ``request``: its connection is open, its worker still
+        placeable, and it was placed with the same request (a runner of another shape stays parked)."""
+        for rank in reversed(list(self.idle)):
             addr = rank.assignment.address
-            if (rank.conn is not None and rank.future is not None and addr in self.ledger.slots
+            if not (rank.conn is not None and rank.future is not None and addr in self.ledger.slots
                     and addr not in self.ledger.quarantined):
+                self._unpark(rank, bye=True)
+                continue
+            if dict(rank.request if rank.request is not None else self.ctx.request) == request:
+                self.idle.remove(rank)
                 return rank
-            self._unpark(rank, bye=True)
         return None
 
     def _dismiss_idle(self) -> None:
@@ -950,7 +984,8 @@ class DaskTrialExecutor(TrialExecutor):
             outcome, message, tb = Outcome.ABORTED, group.abort_reason, None
         else:
             outcome, message, tb = Outcome.FINISHED, None, None
-        self._events.append(Ended(group.trial_id, outcome, message, tb, world_size=len(group.ranks)))
+        self._events.append(Ended(group.trial_id, outcome, message, tb, world_size=len(group.ranks),
+                                  preempted=outcome is Outcome.RESIZED and group.preempted is not None))
 
 
 def _process_gone(rank: Any) -> bool:

@@ -72,6 +72,10 @@ class TrialSpec:
     time_offset: float = 0.0
     checkpoint_path: str | None = None
     remote_trial_dir: str | None = None
+    #: what each rank of this trial needs and how many ranks (None: the experiment's, from the ExecutorContext);
+    #: the same values the loop passed to :meth:`TrialExecutor.reserve` for the reservation it starts on
+    request: Mapping[str, float] | None = None
+    world_size: int | None = None
 
 
 @dataclass
@@ -158,6 +162,8 @@ class Ended:
     traceback: str | None = None
     #: the ranks the group had (elastic groups: the loop records the resize at the next start)
     world_size: int | None = None
+    #: RESIZED because a worker of the group was preempted (counts against ``FailureConfig.max_preemption_failures``)
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,12 +184,28 @@ class TrialExecutor(abc.ABC):
         """Connect (or start) what runs trials; raise if a trial can never fit."""
 
     @abc.abstractmethod
-    def reserve(self) -> Any | None:
+    def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> Any | None:
         """Room for one more trial, held until :meth:`start` or :meth:`unreserve`; None if there is none now.
 
-        An elastic group (``ExecutorContext.min_world_size``) gets as many ranks as fit, between its
-        bounds; only its minimum while :meth:`set_waiting` said that other trials wait for room.
+        Args:
+            request: what each rank of the trial needs (e.g. ``{"CPU": 1, "GPU": 0.5}``); None: the
+                experiment's (``ExecutorContext.request``).
+            world_size: ranks of the trial; None: the experiment's (``ExecutorContext.world_size``).
+
+        An elastic group (``ExecutorContext.min_world_size``; the experiment's request and world size) gets
+        as many ranks as fit between its bounds; only its minimum while :meth:`set_waiting` said that other
+        trials wait for room.
         """
+
+    def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
+        """Raise ``PlacementError`` (a ``ValueError``) when a trial of this shape could never be placed.
+
+        The loop calls it once per trial whose resources differ from the
+        experiment's (``with_resources(fn)``, a ``ScalingConfig`` with search
+        domains); such a trial fails at once, with the numbers, instead of
+        waiting forever. The default accepts everything.
+        """
+        return None
 
     def set_waiting(self, count: int) -> None:
         """How many trials besides the one being placed wait for room now (the loop says it before each

@@ -6,7 +6,16 @@ from .._checkpoint import Checkpoint
 from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from .._result import Result
-from ._session import TrainContext, get_checkpoint, get_context, report, should_checkpoint
+from ._session import (
+    CheckpointUploadMode,
+    PreemptionInfo,
+    TrainContext,
+    get_checkpoint,
+    get_context,
+    get_preemption_info,
+    report,
+    should_checkpoint,
+)
 from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
 
 
@@ -21,8 +30,10 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointUploadMode",
     "DataParallelTrainer",
     "FailureConfig",
+    "PreemptionInfo",
     "Result",
     "RunConfig",
     "ScalingConfig",
@@ -32,6 +43,7 @@ __all__ = [
     "TrainingFailedError",
     "get_checkpoint",
     "get_context",
+    "get_preemption_info",
     "report",
     "should_checkpoint",
 ]
