@@ -180,7 +180,7 @@ def kill_rank_1_at_step_5(step, rank, world, attempt):
         os._exit(1)  # the worker has no nanny: it stays dead, as when its host is gone
 
 
-def test_a_killed_worker_shrinks_the_group_which_goes_on_from_its_checkpoint(tmp_path, cluster):
+def test_a_killed_worker_shrinks_the_group_which_goes_on_from_its_checkpoint(tmp_path, cluster, capsys):
     cluster.start(2)
     result = _fit(cluster, tmp_path, "shrink", {"steps": STEPS, "every": 2, "hook": kill_rank_1_at_step_5},
                   max_failures=1)
@@ -195,6 +195,18 @@ def test_a_killed_worker_shrinks_the_group_which_goes_on_from_its_checkpoint(tmp
     assert [(e["from_world_size"], e["to_world_size"], e["iteration"]) for e in resizes] == [(2, 1, 4)]
     assert resizes[0]["message"].startswith("resized from 2 to 1 ranks: ")
     assert "lost its connection" in resizes[0]["message"]
+    assert [e["event"] for e in events].count("trial_failure") == 1  # a lost host is a failure (Ray's rule)
+
+    # `tuneplat status` shows the ranks and the resize
+    from tuneplat.cli import main
+
+    assert main(["status", os.path.dirname(result.path)]) == 0
+    table = capsys.readouterr().out
+    assert "ranks" in table and "resized from 2 to 1 ranks" in table
+    assert main(["status", os.path.dirname(result.path), "--trial", result.trial_id]) == 0
+    detail = capsys.readouterr().out
+    assert "ranks        1 (elastic, 1..2)" in detail
+    assert "resize       at iteration 4: resized from 2 to 1 ranks: rank 1 on" in detail
 
 
 # ---------------------------------------------------------------------------------------------- a worker joins
