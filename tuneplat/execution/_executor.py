@@ -99,6 +99,8 @@ class ExecutorContext:
     min_world_size: int | None = None
     #: elastic groups grow no sooner than this many seconds after they started (None: at any checkpoint)
     grow_interval_s: float | None = None
+    #: the trials' working directory and captured output (``execution._trial_io.TrialIO``; None: as they are)
+    trial_io: Any = None
 
 
 @dataclass(frozen=True)

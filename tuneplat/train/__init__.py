@@ -17,6 +17,7 @@ from ._session import (
     should_checkpoint,
 )
 from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
+from .data import DataConfig, DataIterator, get_dataset_shard
 
 
 def __getattr__(name: str) -> object:
@@ -31,6 +32,8 @@ __all__ = [
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointUploadMode",
+    "DataConfig",
+    "DataIterator",
     "DataParallelTrainer",
     "FailureConfig",
     "PreemptionInfo",
@@ -43,6 +46,7 @@ __all__ = [
     "TrainingFailedError",
     "get_checkpoint",
     "get_context",
+    "get_dataset_shard",
     "get_preemption_info",
     "report",
     "should_checkpoint",
