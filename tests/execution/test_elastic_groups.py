@@ -79,6 +79,8 @@ def descent(config):
     for step in range(start, config["steps"]):
         if config.get("until_resized") and world == 1 and step - start >= 3:
             return  # (the preemption test: three steps on the smaller group, then done)
+        if config.get("until_grown") and world == 2 and step - start >= 2:
+            return  # (the Tuner test: two steps on the larger group, then done)
         (xs, ys), = list(loader)  # one batch: this rank's whole shard
         grad = 2 * xs.T @ (xs @ w - ys) / len(xs)
         if world > 1:
@@ -299,3 +301,31 @@ def test_a_retiring_worker_is_checkpointed_before_it_goes_and_no_step_is_lost(tm
     assert (resize["from_world_size"], resize["to_world_size"], resize["iteration"]) == (2, 1, asked[0])
     assert "preempted" in resize["message"]
     assert any(e["event"] == "checkpoint" and e["iteration"] == asked[0] for e in events)
+
+
+# ---------------------------------------------------------------------------------------------- under Tuner
+
+def test_under_tuner_elastic_trials_start_at_their_minimum_and_grow_once_nobody_waits(tmp_path, cluster):
+    """Two (1, 2) trials on 2 workers: both start with 1 rank (neither takes 2 while the other waits); when the
+    short one ends, the long one grows to 2 at its next checkpoint."""
+    from tuneplat import Tuner, grid_search
+
+    cluster.start(2)
+    trainer = TorchTrainer(descent, scaling_config=ScalingConfig(num_workers=(1, 2)), client=cluster.client,
+                           run_config=RunConfig(storage_path=str(tmp_path / "results"), name="tuner", mlflow=False,
+                                                verbose=0))
+    grid = Tuner(trainer, param_space={"train_loop_config": {
+        "every": 1, "steps": grid_search([4, 100_000]), "until_grown": True}}).fit()
+    assert [r.error for r in grid] == [None, None]
+    by_steps = {r.config["train_loop_config"]["steps"]: r for r in grid}
+    short, long = _trial_results(by_steps[4]), _trial_results(by_steps[100_000])
+    assert [r["world_size"] for r in short] == [1] * 4
+    sizes = [r["world_size"] for r in long]
+    grown = sizes.index(2)
+    assert sizes == [1] * grown + [2, 2] and [r["step"] for r in long] == list(range(1, len(long) + 1))
+    events = _journal(os.path.dirname(by_steps[4].path))
+    assert [(e["trial_id"], e["from_world_size"], e["to_world_size"]) for e in events if e["event"] == "resize"] == [
+        (by_steps[100_000].trial_id, 1, 2)]
+    short_end = next(e["time"] for e in events if e["event"] == "trial_end" and e["trial_id"] == by_steps[4].trial_id)
+    resize_at = next(e["time"] for e in events if e["event"] == "resize")
+    assert resize_at > short_end  # it grew only once the other trial had ended
