@@ -79,7 +79,10 @@ def loop(config: dict) -> None:
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
             dist.all_reduce(n, op=dist.ReduceOp.SUM)
         per_epoch.append(round(float(n) / float(took), 1))
-        train.report({"epoch": epoch, "rows": int(n), "per_epoch": _json.dumps(per_epoch)})
+        if train.get_context().get_world_rank() == 0:  # (Ray Train 2.60 keeps no metrics reported without checkpoint)
+            with open(config["out"], "w", encoding="utf-8") as f:
+                _json.dump({"per_epoch": per_epoch, "rows": int(n)}, f)
+        train.report({"epoch": epoch, "rows": int(n)})
 
 
 def _summary(per_epoch: list[float], rows: int) -> dict:
@@ -96,16 +99,24 @@ def run_tuneplat(folder: str, epochs: int, batch: int, persist: bool, storage: s
     ddf = dd.read_parquet(folder)
     if persist:
         ddf = client.persist(ddf)  # type: ignore[attr-defined]
-    trainer = TorchTrainer(loop, train_loop_config={"train": "tuneplat.train", "epochs": epochs, "batch": batch},
+    figures = os.path.join(storage, f"tuneplat_{int(persist)}.json")
+    trainer = TorchTrainer(loop, train_loop_config={"train": "tuneplat.train", "epochs": epochs, "batch": batch,
+                                                    "out": figures},
                            datasets={"train": ddf}, scaling_config=tune.ScalingConfig(num_workers=2),
                            run_config=tune.RunConfig(name=f"ingest_{int(persist)}", storage_path=storage, verbose=0,
                                                      mlflow=False), client=client)
     t = time.perf_counter()
-    result = trainer.fit()
+    trainer.fit()
     wall = time.perf_counter() - t
-    out = _summary(json.loads(result.metrics["per_epoch"]), int(result.metrics["rows"]))
+    out = _read(figures)
     out["fit_wall_s"] = round(wall, 2)
     return out
+
+
+def _read(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        got = json.load(f)
+    return _summary(got["per_epoch"], got["rows"])
 
 
 def run_dataloader(folder: str, epochs: int, batch: int) -> dict:
@@ -143,13 +154,15 @@ def run_ray(folder: str, epochs: int, batch: int, storage: str) -> dict:
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         ds = ray.data.read_parquet(folder)
-        trainer = RayTorchTrainer(loop, train_loop_config={"train": "ray.train", "epochs": epochs, "batch": batch},
+        figures = os.path.join(storage, "ray.json")
+        trainer = RayTorchTrainer(loop, train_loop_config={"train": "ray.train", "epochs": epochs, "batch": batch,
+                                                           "out": figures},
                                   datasets={"train": ds}, scaling_config=ScalingConfig(num_workers=2),
                                   run_config=RunConfig(name="ray_ingest", storage_path=storage))
         t = time.perf_counter()
-        result = trainer.fit()
+        trainer.fit()
         wall = time.perf_counter() - t
-        out = _summary(json.loads(result.metrics["per_epoch"]), int(result.metrics["rows"]))
+        out = _read(figures)
         out["fit_wall_s"] = round(wall, 2)
         out["ray_version"] = ray.__version__
         return out
@@ -161,6 +174,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--only", choices=["dataloader", "tuneplat", "ray"], action="append",
+                        help="run only these (repeatable)")
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1024)
@@ -175,26 +190,28 @@ def main() -> None:
         os.makedirs(folder)
         out["rows"] = make_files(folder, rows, files)
         out["parquet_bytes"] = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
-        out["dataloader_memory"] = run_dataloader(folder, args.epochs, args.batch)
+        only = set(args.only or ["dataloader", "tuneplat", "ray"])
+        if "dataloader" in only:
+            out["dataloader_memory"] = run_dataloader(folder, args.epochs, args.batch)
+        if "tuneplat" in only:
+            from tuneplat.execution._cluster import Cluster
 
-        from tuneplat.execution._cluster import Cluster
-
-        cluster = Cluster()  # the embedded cluster tuneplat starts by default (2 worker processes here)
-        try:
-            out["tuneplat_parquet"] = run_tuneplat(folder, args.epochs, args.batch, False, tmp, cluster.client)
-            out["tuneplat_persisted"] = run_tuneplat(folder, args.epochs, args.batch, True, tmp, cluster.client)
-        finally:
-            cluster.close()
+            cluster = Cluster()  # the embedded cluster tuneplat starts by default (2 worker processes here)
+            try:
+                out["tuneplat_parquet"] = run_tuneplat(folder, args.epochs, args.batch, False, tmp, cluster.client)
+                out["tuneplat_persisted"] = run_tuneplat(folder, args.epochs, args.batch, True, tmp, cluster.client)
+            finally:
+                cluster.close()
         try:
             import ray  # noqa: F401
         except ImportError:
             out["ray_data"] = "Ray is not installed (pip install 'ray[data]')"
         else:
-            if not args.no_ray:
+            if not args.no_ray and "ray" in only:
                 out["ray_data"] = run_ray(folder, args.epochs, args.batch, tmp)
-        base = out["dataloader_memory"]["rows_per_s_warm_best"]
+        base = out.get("dataloader_memory", {}).get("rows_per_s_warm_best")
         for key in ("tuneplat_parquet", "tuneplat_persisted", "ray_data"):
-            if isinstance(out.get(key), dict):
+            if base and isinstance(out.get(key), dict):
                 out[f"ratio_{key}_vs_dataloader"] = round(out[key]["rows_per_s_warm_best"] / base, 2)
         out["load_avg_end"] = os.getloadavg()[0]
     finally:
