@@ -8,6 +8,7 @@ from typing import Any
 
 from .._config import RunConfig, ScalingConfig
 from ..trainables._base import ConvertibleTrainer, TrainerParts
+from ._session import current_session
 
 __all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
 
@@ -33,6 +34,25 @@ def _with_loop_config(fn: Callable[..., Any], torch_config: Any = None) -> Calla
 
 
 _TRAINER_FILE = "trainer.pkl"
+
+
+def _nested_run(run_config: RunConfig | None) -> RunConfig:
+    """A Trainer fitted inside a Tune trial: the trial is what MLflow and the status table show.
+
+    Unless the run config says otherwise, its own run logs nothing to MLflow
+    and prints no status table (its results reach the trial through
+    ``TuneReportCallback``); its groups are placed beside the trial by the
+    trial's tuner (``execution/_dask_executor.py``, ``_LeasedLedger``).
+    """
+    import dataclasses
+
+    rc = run_config or RunConfig()
+    changes: dict[str, Any] = {}
+    if rc.mlflow is None:
+        changes["mlflow"] = False
+    if rc.verbose == 1:
+        changes["verbose"] = 0
+    return dataclasses.replace(rc, **changes) if changes else rc
 
 
 class DataParallelTrainer(ConvertibleTrainer):
@@ -116,10 +136,14 @@ class DataParallelTrainer(ConvertibleTrainer):
 
         from .._tuner import Tuner
 
+        run_config = self.run_config
+        if current_session() is not None:  # inside a Tune trial (Ray Train V2's Train-in-Tune): see _nested_run
+            run_config = _nested_run(run_config)
         if self._restore_path is not None:
-            tuner = Tuner.restore(self._restore_path, self, resume_errored=True, client=self.client)
+            tuner = Tuner.restore(self._restore_path, self, resume_errored=True, client=self.client,
+                                  run_config=run_config if run_config is not self.run_config else None)
         else:
-            tuner = Tuner(self, run_config=self.run_config, client=self.client)
+            tuner = Tuner(self, run_config=run_config, client=self.client)
             try:  # what restore() needs when it is not given the training function again (Ray's trainer.pkl)
                 os.makedirs(tuner.experiment_dir, exist_ok=True)
                 path = os.path.join(tuner.experiment_dir, _TRAINER_FILE)  # its run_config may hold credentials
@@ -128,6 +152,7 @@ class DataParallelTrainer(ConvertibleTrainer):
             except Exception:  # noqa: BLE001 - restore then needs train_loop_per_worker=
                 pass
         tuner._caller = f"{self._name}.fit()"
+        tuner._chdir_to_trial_dir = False  # Ray Train V2: a Trainer's workers keep their working directory
         result = tuner.fit()[0]
         if result.error is not None:
             raise TrainingFailedError(f"Training failed: {result.error}") from result.error
