@@ -51,7 +51,7 @@ import os
 import threading
 import time as _time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -317,12 +317,19 @@ class VirtualTimeExecutor(TrialExecutor):
     def running(self) -> int:
         return len(self._trials) + len(self._threads)
 
-    def reserve(self) -> int | None:
-        need = self.ctx.world_size
+    def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> int | None:
+        need = self.ctx.world_size if world_size is None else world_size
         if self._free < need:
             return None
         self._free -= need
         return need
+
+    def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
+        if world_size > self.num_slots:
+            from ..execution._cluster import PlacementError
+
+            raise PlacementError(f"A trial needs {world_size} rank(s) but VirtualTimeExecutor(num_slots="
+                                 f"{self.num_slots}) has fewer slots; raise num_slots.")
 
     def unreserve(self, reservation: int) -> None:
         self._free += reservation
