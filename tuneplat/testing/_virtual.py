@@ -70,6 +70,7 @@ from ..execution._executor import (
     TrialExecutor,
     TrialSpec,
 )
+from ..execution._trial_io import apply_trial_io
 from ..train._session import RankSpec, Session, StopTrial, TrialAborted, _current_session, _set_session
 
 __all__ = ["HANG", "VirtualCheckpointStore", "VirtualTimeExecutor", "now", "sleep"]
@@ -179,8 +180,29 @@ class _VTrial:
     history: list[float] = field(default_factory=list)
 
 
+def _locked() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+class _Runner:
+    """A thread that runs real trainables' trials, one after another (kept for the next trial, as Dask tasks chain).
+
+    Control goes back and forth through two locks held by default: the loop
+    releases ``to_trial`` and waits on ``to_loop``; the trial's thread does the
+    opposite, so exactly one of the two runs at any moment.
+    """
+
+    def __init__(self) -> None:
+        self.to_trial = _locked()
+        self.to_loop = _locked()
+        self.trial: _TTrial | None = None  # None when it is resumed: leave
+        self.thread: threading.Thread | None = None
+
+
 class _TTrial:
-    """A real trainable's trial: its thread and the hand-over of control between it and the loop."""
+    """A real trainable's trial: its runner and the hand-over of control between it and the loop."""
 
     def __init__(self, spec: TrialSpec, slots: int, started_at: float) -> None:
         self.spec = spec
@@ -193,9 +215,8 @@ class _TTrial:
         self.pending: tuple[Any, ...] | None = None  # a report to deliver when its iteration's time is up
         self.inbox: tuple[Any, ...] | None = None  # what the trial finds when it resumes
         self.outbox: tuple[Any, ...] | None = None  # why it handed control back
-        self.to_trial = threading.Semaphore(0)
-        self.to_loop = threading.Semaphore(0)
-        self.thread: threading.Thread | None = None
+        self.runner: _Runner | None = None  # given when it first runs
+        self.rank_spec: RankSpec | None = None
         self.done = False
 
 
@@ -223,6 +244,10 @@ class _VirtualSession(Session):
         self.time_hint = float(dt) if isinstance(dt, (int, float)) and not isinstance(dt, bool) else None
         super().report(metrics, checkpoint)
 
+    def lease(self, request: dict[str, float], n: int, strategy: str) -> list[Any]:
+        raise RuntimeError("A Trainer's fit() inside a trial (Train-in-Tune) places its ranks on the tuner's Dask "
+                           "cluster; VirtualTimeExecutor has none: run this experiment on the Dask executor.")
+
     def sleep(self, seconds: float) -> None:
         reply = self._yield(("sleep", seconds))
         if reply[0] == "abort":
@@ -233,9 +258,11 @@ class _VirtualSession(Session):
         if self.aborted is not None:
             raise TrialAborted(self.aborted)
         vt = self.trial
+        runner = vt.runner
+        assert runner is not None
         vt.outbox = msg
-        vt.to_loop.release()
-        vt.to_trial.acquire()
+        runner.to_loop.release()
+        runner.to_trial.acquire()
         reply = vt.inbox
         assert reply is not None
         vt.inbox = None
@@ -272,6 +299,7 @@ class VirtualTimeExecutor(TrialExecutor):
         self._free = num_slots
         self._trials: dict[str, _VTrial] = {}
         self._threads: dict[str, _TTrial] = {}
+        self._idle: list[_Runner] = []
         self._heap: list[tuple[float, int, str, int]] = []
         self._counter = itertools.count()
         self._ready: list[Event] = []
@@ -303,6 +331,9 @@ class VirtualTimeExecutor(TrialExecutor):
         self.store.inner = self._default_store or LocalCheckpointStore()
         # every trial here is rank 0 of 1: what the Dask runner sets around each trial holds for the whole run
         env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "0"}
+        io = ctx.trial_io
+        if io is not None and io.chdir:  # (Ray's variable, as apply_trial_io sets it on a worker)
+            env["TUNE_ORIG_WORKING_DIR"] = io.orig_cwd or os.getcwd()
         self._saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
 
@@ -443,7 +474,16 @@ class VirtualTimeExecutor(TrialExecutor):
                 self._unwind(tt, "the tuner closed")
             except Exception:  # noqa: BLE001 - close must not raise
                 logger.warning("tuneplat: a virtual trial failed while the executor closed", exc_info=True)
+            else:
+                if tt.runner is not None and tt.done:
+                    self._idle.append(tt.runner)
         self._threads.clear()
+        for runner in self._idle:
+            runner.trial = None
+            runner.to_trial.release()
+            if runner.thread is not None:
+                runner.thread.join()
+        self._idle.clear()
         self.store.materialize()
         self._trials.clear()
         self._heap.clear()
@@ -461,49 +501,61 @@ class VirtualTimeExecutor(TrialExecutor):
     def _start_thread(self, spec: TrialSpec, reservation: int) -> None:
         tt = _TTrial(spec, reservation, self._now)
         ctx = self.ctx
-        rank_spec = RankSpec(
+        tt.rank_spec = RankSpec(
             trial_id=spec.trial_id, trial_name=spec.name, experiment_name=ctx.experiment_name,
             trial_dir=spec.path, attempt=spec.attempt, rank=0, world_size=1, local_rank=0, local_world_size=1,
             node_rank=0, tuner_addr=("virtual", 0), token=b"", config=dict(spec.config),
             start_iteration=spec.start_iteration, time_offset=spec.time_offset,
             checkpoint_path=spec.checkpoint_path, backend=ctx.backend or "gloo", metric=ctx.metric,
             storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir)
-        tt.thread = threading.Thread(target=self._body, args=(tt, rank_spec), daemon=True,
-                                     name=f"tuneplat-virtual-{spec.trial_id}")
         self._threads[spec.trial_id] = tt
         self._ready.append(Started(spec.trial_id))
-        tt.thread.start()
         self._schedule(tt, self.start_s, ("resume", ("go",)))
 
-    def _body(self, tt: _TTrial, rank_spec: RankSpec) -> None:
-        """The trial's thread: waits for "go", runs the trainable as the Dask runner would, reports how it ended."""
+    def _runner(self) -> _Runner:
+        if self._idle:
+            return self._idle.pop()
+        runner = _Runner()
+        runner.thread = threading.Thread(target=self._serve, args=(runner,), daemon=True,
+                                         name=f"tuneplat-virtual-{len(self._idle)}-{id(runner):x}")
+        runner.thread.start()
+        return runner
+
+    def _serve(self, runner: _Runner) -> None:
+        """A runner's thread: each time it is resumed with a trial, run it as the Dask runner would."""
+        while True:
+            runner.to_trial.acquire()
+            tt = runner.trial
+            if tt is None:
+                return
+            tt.inbox = None  # ("go",)
+            tt.outbox = self._run_one(tt)
+            tt.done = True
+            runner.trial = None
+            runner.to_loop.release()
+
+    def _run_one(self, tt: _TTrial) -> tuple[Any, ...]:
         from ..execution._runner import _call
 
-        tt.to_trial.acquire()
-        first = tt.inbox
-        tt.inbox = None
-        end: tuple[Any, ...] = ("end", "done", None, None)
-        if first is not None and first[0] == "go":
-            session = _VirtualSession(rank_spec, self, tt)
-            _set_session(session, process_wide=False)
-            try:
-                _call(self.ctx.trainable, dict(rank_spec.config))
-            except StopTrial:
-                pass
-            except TrialAborted:
-                end = ("end", "aborted", None, None)
-            except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner, as from a Dask worker
-                end = ("end", "error", f"rank 0: {type(exc).__name__}: {exc}", traceback.format_exc())
-            finally:
-                for cleanup in session.cleanups:
-                    try:
-                        cleanup()
-                    except Exception:  # noqa: BLE001 - the trial's outcome is decided
-                        logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
-                _set_session(None, process_wide=False)
-        tt.done = True
-        tt.outbox = end
-        tt.to_loop.release()
+        assert tt.rank_spec is not None
+        session = _VirtualSession(tt.rank_spec, self, tt)
+        _set_session(session, process_wide=False)
+        try:
+            _call(self.ctx.trainable, dict(tt.rank_spec.config))
+        except StopTrial:
+            pass
+        except TrialAborted:
+            return ("end", "aborted", None, None)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner, as from a Dask worker
+            return ("end", "error", f"rank 0: {type(exc).__name__}: {exc}", traceback.format_exc())
+        finally:
+            for cleanup in session.cleanups:
+                try:
+                    cleanup()
+                except Exception:  # noqa: BLE001 - the trial's outcome is decided
+                    logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
+            _set_session(None, process_wide=False)
+        return ("end", "done", None, None)
 
     def _schedule(self, tt: _TTrial, delay: float, action: tuple[Any, ...]) -> None:
         tt.seq += 1
@@ -512,9 +564,31 @@ class VirtualTimeExecutor(TrialExecutor):
 
     def _resume(self, tt: _TTrial, msg: tuple[Any, ...]) -> tuple[Any, ...]:
         """Run the trial's thread until it reports, sleeps or ends; what it handed back."""
+        if tt.runner is None:  # its first run: a runner takes it
+            tt.runner = self._runner()
+            tt.runner.trial = tt
+        runner = tt.runner
         tt.inbox = msg
-        tt.to_trial.release()
-        tt.to_loop.acquire()
+        # the trial runs in its folder, its output captured, as on a Dask worker (only one trial's code runs at once)
+        io = self.ctx.trial_io
+        if io is not None and (io.stdout or io.stderr):
+            with apply_trial_io(io, tt.spec.path):
+                runner.to_trial.release()
+                runner.to_loop.acquire()
+        elif io is not None and io.chdir:
+            before = os.getcwd()
+            try:
+                os.chdir(tt.spec.path)
+            except OSError:
+                pass  # (the trial runs where the tuner runs)
+            try:
+                runner.to_trial.release()
+                runner.to_loop.acquire()
+            finally:
+                os.chdir(before)
+        else:
+            runner.to_trial.release()
+            runner.to_loop.acquire()
         out = tt.outbox
         assert out is not None
         tt.outbox = None
@@ -566,6 +640,9 @@ class VirtualTimeExecutor(TrialExecutor):
     def _unwind(self, tt: _TTrial, reason: str) -> None:
         """Make a live trial's code leave: its ``report()`` or :func:`sleep` raises, its ``finally`` blocks run."""
         msg: tuple[Any, ...] = ("abort", reason)
+        if tt.runner is None:  # it never ran: nothing to unwind
+            tt.done = True
+            return
         while not tt.done:
             out = self._resume(tt, msg)
             if out[0] == "end":
@@ -578,8 +655,8 @@ class VirtualTimeExecutor(TrialExecutor):
         tt.seq += 1  # cancels what was scheduled for it
         tt.waiting = False
         self._free += tt.slots
-        if tt.thread is not None:
-            tt.thread.join()
+        if tt.runner is not None and tt.done:
+            self._idle.append(tt.runner)  # its thread waits for the next trial
         self._ready.append(Ended(tt.spec.trial_id, outcome, message, tb))
 
     # ------------------------------------------------------------------ learning curves
