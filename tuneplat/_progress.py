@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from ._redact import redact, strip_credentials
 from ._settings import env_str
 from ._trial import Trial, TrialStatus
 from .search._space import flatten_dict
@@ -82,11 +83,13 @@ def mlflow_ui_hint(tracking_uri: str | None, experiment_id: str | None) -> list[
     # GenAI by default); viewStateShareKey: the saved runs-table view tuneplat stores on the experiment
     query = (f"/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={MLFLOW_VIEW_KEY}"
              if experiment_id else "/#/experiments?workflowType=machine_learning")
+    # Credentials never reach the console, wherever the URI came from (RunConfig or $MLFLOW_TRACKING_URI): the
+    # browser asks for them, and a backend-store URI is shown with ``***`` for the password the user already has.
     if tracking_uri.startswith(("http://", "https://")):
-        return [f"open {tracking_uri.rstrip('/')}{query}"]
+        return [f"open {strip_credentials(tracking_uri).rstrip('/')}{query}"]
     if tracking_uri.startswith("databricks"):
         return []
-    return [f"mlflow ui --backend-store-uri {tracking_uri} --port 5000",
+    return [f"mlflow ui --backend-store-uri {redact(tracking_uri)} --port 5000",
             f"  then open http://127.0.0.1:5000{query}"]
 
 
