@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import schedulers, search, stopper, train
 from ._checkpoint import Checkpoint
-from ._compat import CLIReporter, JupyterNotebookReporter, SyncConfig
+from ._compat import CLIReporter, JupyterNotebookReporter, ProgressReporter, SyncConfig
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
 from ._init import init, is_initialized, shutdown
 from ._journal import read_journal
@@ -45,7 +45,7 @@ from .train import TorchTrainer, get_checkpoint, get_context, report
 __version__ = "0.1.0"
 
 #: submodules under Ray's names, imported when first used (``tune.logger.LoggerCallback``, ``tune.result.DONE``)
-_LAZY = ("air", "experiment", "logger", "result", "tune")
+_LAZY = ("air", "experiment", "logger", "result", "tune", "utils")
 
 
 def __getattr__(name: str) -> object:
@@ -66,6 +66,7 @@ __all__ = [
     "MLflowConfig",
     "PlacementError",
     "PlacementGroupFactory",
+    "ProgressReporter",
     "Result",
     "ResultGrid",
     "RunConfig",

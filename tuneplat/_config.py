@@ -110,14 +110,24 @@ class FailureConfig:
         max_failures: retries from the latest checkpoint before the trial is ERROR
             (-1: unlimited).
         fail_fast: end the experiment at the first trial error (it stays restorable).
+        max_preemption_failures: Ray Train V2's separate budget for restarts
+            caused by a preempted (drained, retired) worker, default -1
+            (unlimited), so preemptions do not use up ``max_failures``. Kept
+            with the run for the elastic groups' preemption handling
+            (``docs/elastic.md``); where no preemption is detected, a lost
+            worker counts against ``max_failures`` (``docs/porting-from-ray.md``).
     """
 
     max_failures: int = 0
     fail_fast: bool | str = False
+    max_preemption_failures: int = -1
 
     def __post_init__(self) -> None:
         _check(isinstance(self.max_failures, int) and self.max_failures >= -1,
                "FailureConfig.max_failures", self.max_failures, "an int >= 0, or -1 for unlimited")
+        _check(isinstance(self.max_preemption_failures, int) and not isinstance(self.max_preemption_failures, bool)
+               and self.max_preemption_failures >= -1, "FailureConfig.max_preemption_failures",
+               self.max_preemption_failures, "an int >= 0, or -1 for unlimited (Ray's default)")
 
 
 @dataclass
@@ -176,7 +186,11 @@ class RunConfig:
             else any free port).
         progress_interval_s: how often the status table is printed.
         callbacks: :class:`tuneplat.Callback` instances (Ray's hooks).
-        progress_reporter: a :class:`tuneplat.CLIReporter`, accepted for Ray
+        log_to_file: Ray's capture of each trial's output into its trial folder:
+            True (files ``stdout`` and ``stderr``), a file name (both in one file),
+            or a pair ``(stdout_file, stderr_file)``. What the trial prints still
+            reaches the worker's own streams too.
+        progress_reporter: a :class:`tuneplat.CLIReporter` or :class:`tuneplat.ProgressReporter`, accepted for Ray
             compatibility: its ``max_report_frequency`` sets ``progress_interval_s``.
         sync_config: accepted for Ray compatibility (results are written to
             ``storage_path`` directly; nothing to sync).
@@ -196,7 +210,7 @@ class RunConfig:
     tuner_port: int | str | None = None
     progress_interval_s: float = 5.0
     callbacks: Sequence[Any] | None = None
-    log_to_file: bool = False
+    log_to_file: bool | str | tuple[str, str] = False
     progress_reporter: Any = None
     sync_config: Any = None
 
@@ -239,16 +253,22 @@ class ScalingConfig:
     trainer_resources: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("num_workers", "use_gpu", "resources_per_worker"):
-            value = getattr(self, name)
-            if (isinstance(value, Mapping) and "grid_search" in value) or hasattr(value, "sample"):
-                raise ValueError(
-                    f"ScalingConfig({name}={value!r}): a search domain in ScalingConfig (a different number of ranks "
-                    "or resources per trial, Ray Train's Tuner guide) is not supported: every trial of a Tuner runs "
-                    "with the same ScalingConfig. Run one Tuner per value, e.g. `for n in (1, 2): "
-                    "Tuner(trainer, param_space={'scaling_config': ScalingConfig(num_workers=n), ...}).fit()`.")
+        if self.has_search_domains():
+            # Ray Train's Tuner guide: param_space={"scaling_config": ScalingConfig(num_workers=tune.grid_search(
+            # [1, 2]))}; each trial's resolved values are checked when the Tuner builds its ScalingConfig
+            return
         _check(isinstance(self.num_workers, int) and self.num_workers >= 1,
                "ScalingConfig.num_workers", self.num_workers, "an int >= 1")
+        self._validate_rest()
+
+    def has_search_domains(self) -> bool:
+        """Whether a field holds a search domain (``tune.grid_search``, ``tune.choice``, ...)."""
+        values: list[Any] = [self.num_workers, self.use_gpu, self.resources_per_worker]
+        if isinstance(self.resources_per_worker, Mapping) and "grid_search" not in self.resources_per_worker:
+            values.extend(self.resources_per_worker.values())
+        return any((isinstance(v, Mapping) and "grid_search" in v) or hasattr(v, "sample") for v in values)
+
+    def _validate_rest(self) -> None:
         _check(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
                "ScalingConfig.placement_strategy", self.placement_strategy, "'PACK' or 'SPREAD'")
         for k, v in (self.resources_per_worker or {}).items():
@@ -272,3 +292,39 @@ class ScalingConfig:
     @property
     def backend(self) -> str:
         return "nccl" if self.per_worker().get("GPU", 0) > 0 else "gloo"
+
+    def to_space(self) -> ScalingSpace:
+        """This config as a search space (its domains resolved per trial, as Ray Train's Tuner does)."""
+        space = ScalingSpace(num_workers=self.num_workers, use_gpu=self.use_gpu,
+                             placement_strategy=self.placement_strategy)
+        if self.resources_per_worker is not None:
+            space["resources_per_worker"] = (dict(self.resources_per_worker)
+                                             if "grid_search" not in self.resources_per_worker
+                                             else self.resources_per_worker)
+        return space
+
+    @classmethod
+    def from_trial_config(cls, value: Any, where: str = "param_space['scaling_config']") -> ScalingConfig:
+        """The ScalingConfig of one trial, from its resolved ``config['scaling_config']``.
+
+        Raises:
+            ValueError: naming ``where`` and the value when it is not a valid ScalingConfig.
+        """
+        if isinstance(value, ScalingConfig):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"The value of `{where}` is {value!r}, but must be a ScalingConfig's fields.")
+        fields = {k: v for k, v in value.items()
+                  if k in ("num_workers", "use_gpu", "resources_per_worker", "placement_strategy")}
+        try:
+            sc = cls(**fields)
+        except ValueError as exc:
+            raise ValueError(f"{where} resolved to {dict(value)!r}: {exc}") from None
+        if sc.has_search_domains():
+            raise ValueError(f"{where} resolved to {dict(value)!r}, which still holds a search domain.")
+        return sc
+
+
+class ScalingSpace(dict):  # type: ignore[type-arg]
+    """``param_space["scaling_config"]`` of a :class:`ScalingConfig` with search domains, as a dict of its
+    fields: the searcher resolves it per trial and the Tuner builds each trial's ScalingConfig from it."""

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["init", "is_initialized", "requested", "shutdown"]
+__all__ = ["init", "is_initialized", "local_cpus", "requested", "shutdown"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -58,8 +58,11 @@ def init(address: str | None = None, *, num_cpus: int | None = None, num_gpus: i
     Args:
         address: a running Dask scheduler (``"tcp://host:8786"``) to run every
             later ``fit()`` on, as ``RunConfig(address=...)`` would. Ray's
-            ``"auto"``/``"local"`` mean the embedded cluster.
-        num_cpus: worker slots of the embedded cluster (default: the machine's cores).
+            ``"auto"`` attaches to the scheduler ``DASK_SCHEDULER_ADDRESS`` (or
+            Dask's ``scheduler-address`` config) names, and otherwise says that
+            ``fit()`` starts a local cluster; ``"local"`` means the embedded cluster.
+        num_cpus: worker slots of the embedded cluster (default: the machine's
+            cores; ``TUNEPLAT_NUM_CPUS`` overrides both, like Ray's ``RAY_OVERRIDE_RESOURCES``).
         num_gpus: GPUs it hands to trials (default: what ``nvidia-smi`` lists).
         ignore_reinit_error: do not raise when called twice.
         **ray_kwargs: other ``ray.init`` arguments (dashboard, logging, namespace,
@@ -83,7 +86,9 @@ def init(address: str | None = None, *, num_cpus: int | None = None, num_gpus: i
             return {"num_cpus": _requested.num_cpus, "num_gpus": _requested.num_gpus, "address": _requested.address}
         raise RuntimeError("tuneplat.init() was already called (call tuneplat.shutdown() first, or pass "
                            "ignore_reinit_error=True).")
-    if address in ("auto", "local"):
+    if address == "auto":
+        address = _auto_address()
+    elif address == "local":
         address = None
     if address is not None and not (isinstance(address, str) and "://" in address):
         raise ValueError(f"The value of `address` is {address!r}, but must be a Dask scheduler address such as "
@@ -98,6 +103,41 @@ def init(address: str | None = None, *, num_cpus: int | None = None, num_gpus: i
     _requested.address = address
     _requested.initialized = True
     return {"num_cpus": _requested.num_cpus, "num_gpus": _requested.num_gpus, "address": _requested.address}
+
+
+def _auto_address() -> str | None:
+    """Ray's ``address="auto"``: the Dask scheduler this environment names, else None (the embedded cluster)."""
+    import os
+
+    import dask
+
+    found = os.environ.get("DASK_SCHEDULER_ADDRESS", "").strip() or dask.config.get("scheduler-address", None)
+    if found:
+        logger.info("tuneplat: init(address='auto') attaches to the Dask scheduler at %s (DASK_SCHEDULER_ADDRESS / "
+                    "Dask's scheduler-address setting)", found)
+        return str(found)
+    logger.warning("tuneplat: init(address='auto') found no running Dask scheduler (set DASK_SCHEDULER_ADDRESS or "
+                   "Dask's scheduler-address config to attach to one): fit() starts a local cluster on this machine")
+    return None
+
+
+def local_cpus() -> int | None:
+    """Worker slots of the embedded cluster: ``TUNEPLAT_NUM_CPUS`` (as Ray's ``RAY_OVERRIDE_RESOURCES``, it wins
+    over ``init(num_cpus=...)``, to oversubscribe a laptop without editing the script), else ``init(num_cpus=...)``,
+    else None (one per core)."""
+    import os
+
+    raw = os.environ.get("TUNEPLAT_NUM_CPUS", "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"TUNEPLAT_NUM_CPUS={raw!r}: set it to a whole number >= 1 (the embedded cluster's "
+                             "worker slots), or unset it for one per core")
+        return value
+    return _requested.num_cpus
 
 
 def is_initialized() -> bool:

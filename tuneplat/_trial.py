@@ -27,7 +27,7 @@ class TrialStatus(str, enum.Enum):
         return self.value
 
 
-@dataclass
+@dataclass(eq=False)
 class Trial:
     """One trial, as the tuner tracks it; what callbacks and name creators receive.
 
@@ -35,7 +35,9 @@ class Trial:
     ``last_result``, ``status`` (compare with ``Trial.RUNNING`` or ``"RUNNING"``),
     ``path``/``local_path``/``logdir`` (the trial folder), ``checkpoint``,
     ``trainable_name``, ``experiment_tag``, ``num_failures``, ``error``;
-    ``str(trial)`` is its name. Treat it as read-only.
+    ``str(trial)`` is its name. Treat it as read-only. As in Ray, a trial is
+    equal only to itself and hashable: callbacks may key dicts by trial (every
+    hook receives the same object for a trial).
     """
 
     PENDING: ClassVar[str] = TrialStatus.PENDING.value

@@ -8,11 +8,11 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._config import RunConfig, ScalingConfig, TuneConfig
-from ._function import report_returns
+from ._compat import reporter_callbacks
+from ._config import RunConfig, ScalingConfig, ScalingSpace, TuneConfig
 from ._mainguard import check_main_guard
 from ._restore import TunerStateError, load_trials, load_tuner_state, prepare_resume, restore_problem, save_tuner_state
-from ._result import Result, ResultGrid, TrialError
+from ._result import ResultGrid
 from ._storage import (
     CheckpointStore,
     ExperimentSync,
@@ -26,18 +26,17 @@ from ._storage import (
     resolve_storage_path,
     rjoin,
 )
-from ._trainable import Trainable, TrainableFunction, for_run
-from ._trial import Trial, TrialStatus
 from ._user_callbacks import adapt_callbacks
-from ._wrappers import resources_of
+from ._wrappers import resources_of, trial_resources_of
 from .air.integrations.mlflow import mirror_config, target_callbacks
 from .core import ExperimentLock, TuneError, TuneLoop
 from .execution._dask_executor import DaskTrialExecutor
 from .execution._executor import TrialExecutor
+from .execution._trial_io import log_files, make_trial_io
 from .logger import default_file_loggers
 from .search._space import validate_space
 from .tracking import make_callbacks
-from .train._trainer import DataParallelTrainer, _with_loop_config
+from .trainables._adapt import ConvertibleTrainer, for_run, function_of
 
 __all__ = ["Tuner"]
 
@@ -60,6 +59,19 @@ def _check_picklable(trainable: Any) -> None:
             f"Dask workers: {type(exc).__name__}: {exc}. Create locks, open files, clients and datasets inside the "
             "function (or pass picklable data with tune.with_parameters) instead of capturing them."
         ) from exc
+
+
+def _check_trainer_space(trainer: Any, space: Mapping[str, Any]) -> None:
+    """Ray's rule: a Trainer's search space goes under ``"train_loop_config"`` (its loop sees nothing else)."""
+    stray = [k for k in space if k not in ("train_loop_config", "scaling_config")]
+    if not stray:
+        return
+    loop_space = dict(space.get("train_loop_config") or {})
+    fixed = {"train_loop_config": {**loop_space, **{k: space[k] for k in stray}}}
+    raise ValueError(
+        f"param_space has the top-level key(s) {stray}, but {type(trainer).__name__}'s train_loop_per_worker "
+        "receives only param_space['train_loop_config'] (Ray's rule for a Trainer in a Tuner): every trial would "
+        f"fail with KeyError. Put them under 'train_loop_config': param_space={fixed!r}")
 
 
 def _local_path(storage_path: str | None) -> str:
@@ -119,32 +131,37 @@ class Tuner:
         self.run_config = run_config or RunConfig()
         self.param_space = dict(param_space or {})
         self.scaling_config = scaling_config
-        if isinstance(self.param_space.get("scaling_config"), ScalingConfig):
+        parts = trainable.as_trainable() if isinstance(trainable, ConvertibleTrainer) else None
+        self._trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = trial_resources_of(trainable)
+        space_sc = self.param_space.get("scaling_config")
+        if isinstance(space_sc, ScalingConfig) and space_sc.has_search_domains():
+            space_sc = self.param_space["scaling_config"] = space_sc.to_space()
+        if isinstance(space_sc, ScalingSpace):
+            # Ray Train's Tuner guide: ScalingConfig(num_workers=tune.grid_search([1, 2])): resolved per trial
+            if self._trial_resources is not None or scaling_config is not None:
+                raise ValueError("param_space['scaling_config'] has search domains, and the trial's resources are "
+                                 "given elsewhere too (scaling_config= or with_resources()); give them in one place.")
+            self._trial_resources = _scaling_of_trial
+        elif isinstance(self.param_space.get("scaling_config"), ScalingConfig):
             # Ray Train's Tuner guide: param_space={"scaling_config": ScalingConfig(...), "train_loop_config": ...}
             self.scaling_config = scaling_config = self.param_space.pop("scaling_config")
-        elif "scaling_config" in self.param_space and isinstance(trainable, DataParallelTrainer):
+        elif "scaling_config" in self.param_space and parts is not None:
             raise TypeError(f"param_space['scaling_config'] is {self.param_space['scaling_config']!r}; it must be "
                             "a ScalingConfig(...) (the same for every trial).")
-        if isinstance(trainable, DataParallelTrainer):
-            self.scaling_config = scaling_config or trainable.scaling_config
-            base = dict(trainable.train_loop_config or {})
+        if parts is not None:  # a trainer (TorchTrainer): it converted itself
+            _check_trainer_space(trainable, self.param_space)
+            self.scaling_config = scaling_config or parts.scaling_config
             loop_space = self.param_space.get("train_loop_config", {})
-            self.param_space["train_loop_config"] = {**base, **loop_space}
-            if trainable.run_config is not None and run_config is None:
-                self.run_config = trainable.run_config
-            fn = _with_loop_config(trainable.train_loop_per_worker, trainable.torch_config)
-        elif isinstance(trainable, type) and issubclass(trainable, Trainable):
-            fn = TrainableFunction(trainable)
-        elif isinstance(trainable, type):
-            raise TypeError(f"The trainable is the class {trainable.__name__}, which does not subclass tune.Trainable; "
-                            "tuneplat runs function trainables fn(config) that call tune.report(...) and "
-                            "tune.Trainable subclasses (setup/step/save_checkpoint/load_checkpoint): derive it from "
-                            "tune.Trainable (see docs/porting-from-ray.md).")
-        elif callable(trainable):
-            fn = report_returns(trainable)  # a returned/yielded dict or number is a result, as in Ray
+            self.param_space["train_loop_config"] = {**parts.train_loop_config, **loop_space}
+            if parts.run_config is not None and run_config is None:
+                self.run_config = parts.run_config
+            fn = parts.fn
         else:
-            raise TypeError(f"trainable must be a function fn(config) or a TorchTrainer, got {type(trainable).__name__}")
+            fn = function_of(trainable)
         resources = resources_of(trainable)
+        if self._trial_resources is not None and scaling_config is not None and not isinstance(space_sc, ScalingSpace):
+            raise ValueError("The trainable has resources from tune.with_resources() and the Tuner got "
+                             "scaling_config= as well; give them in one place.")
         if resources is not None:  # tune.with_resources: what every trial asks for
             if scaling_config is not None:
                 raise ValueError("The trainable has resources from tune.with_resources() and the Tuner got "
@@ -158,11 +175,12 @@ class Tuner:
 
         self.run_config = mirror_config(self.run_config)  # an MLflowLoggerCallback aims the built-in MLflow mirror
         validate_space(self.param_space)
+        log_files(self.run_config.log_to_file)  # a wrong log_to_file is refused now, not at fit()
         adapt_callbacks(self.run_config.callbacks)  # refuse a wrong callback now, not at fit()
         fn = for_run(fn, self.tune_config, self.run_config)  # a Trainable class: its checkpoint policy
         _check_picklable(fn)
         self.trainable = fn
-        self.trainable_name = _trainable_name(getattr(trainable, "train_loop_per_worker", trainable))
+        self.trainable_name = _trainable_name(parts.fn if parts is not None else trainable)
         self.client = client
         self._executor = executor
         self._raw_trainable = trainable
@@ -195,6 +213,8 @@ class Tuner:
             self._remote_dir = storage.remote_experiment(name)
         self._results: ResultGrid | None = None
         self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
+        #: Tune trials run in their trial folder (Ray's RAY_CHDIR_TO_TRIAL_DIR); a Trainer's own fit() does not (V2)
+        self._chdir_to_trial_dir = True
 
     def fit(self) -> ResultGrid:
         """Run the experiment to the end; returns every trial's :class:`Result`.
@@ -216,6 +236,7 @@ class Tuner:
                 callbacks += target_callbacks(self.run_config)
             # Ray's per-trial progress.csv and TensorBoard files, then the user's callbacks
             callbacks += default_file_loggers(self.run_config.callbacks) + adapt_callbacks(self.run_config.callbacks)
+            callbacks += reporter_callbacks(self.run_config.progress_reporter)  # a ProgressReporter of the user's
             syncer = None
             if self._remote_dir is not None:
                 store: CheckpointStore = FsspecCheckpointStore(self._storage_fs, self._remote_dir)
@@ -230,6 +251,8 @@ class Tuner:
                 trainable_name=self.trainable_name, executor=executor,
                 store=store, callbacks=callbacks, trials=self._resume[1] if self._resume else None,
                 resume=self._resume is not None, syncer=syncer, raw_trainable=self._raw_trainable,
+                trial_resources=self._trial_resources,
+                trial_io=make_trial_io(self.run_config.log_to_file, chdir=self._chdir_to_trial_dir),
             )
             if self._resume is None:
                 self._set_aside_previous_journal()
@@ -240,8 +263,8 @@ class Tuner:
             try:
                 loop.run()
             finally:
-                self._results = result_grid(loop.trials, loop.metric, loop.mode, self.experiment_dir,
-                                            self._storage_fs, self._remote_dir)
+                self._results = ResultGrid.from_trials(loop.trials, loop.metric, loop.mode, self.experiment_dir,
+                                                       self._storage_fs, self._remote_dir)
         if loop.fail_fast_error and self.run_config.failure_config.fail_fast == "raise":  # type: ignore[union-attr]
             raise TuneError(loop.fail_fast_error)
         return self._results
@@ -274,8 +297,8 @@ class Tuner:
         if self._results is None:
 
             trials, meta = load_trials(self.experiment_dir, self._storage_fs, trusted=True)  # our own, or restored
-            self._results = result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
-                                         self._storage_fs, self._remote_dir)
+            self._results = ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
+                                                  self._storage_fs, self._remote_dir)
         return self._results
 
     @classmethod
@@ -351,17 +374,6 @@ class Tuner:
         )
 
 
-def result_grid(trials: list[Trial], metric: Any, mode: Any, experiment_dir: str, storage_fs: Any = None,
-                 remote_dir: str | None = None) -> ResultGrid:
-    results = []
-    for t in trials:
-        err = (TrialError(t.error or "unknown error", t.error_traceback, t.trial_id)
-               if t.status == TrialStatus.ERROR else None)
-        path = t.path if remote_dir is None else rjoin(remote_dir, os.path.basename(t.path))
-        results.append(Result(
-            config=t.config, metrics=dict(t.last_result), path=path, error=err, checkpoint=t.checkpoint,
-            best_checkpoints=list(t.checkpoints), status=str(t.status), trial_id=t.trial_id,
-            mlflow_run_id=t.mlflow_run_id, lineage=list(t.lineage), stop_reason=t.stop_reason,
-            _history=list(t.results), _filesystem=storage_fs if remote_dir is not None else None,
-        ))
-    return ResultGrid(results, metric, mode, remote_dir or experiment_dir)
+def _scaling_of_trial(config: Mapping[str, Any]) -> ScalingConfig:
+    """A trial's ScalingConfig from its resolved ``config['scaling_config']`` (a ScalingConfig with domains)."""
+    return ScalingConfig.from_trial_config(config.get("scaling_config"))

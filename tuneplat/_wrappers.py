@@ -21,7 +21,8 @@ from typing import Any
 
 from ._config import ScalingConfig
 
-__all__ = ["ParameterizedTrainable", "PlacementGroupFactory", "resources_of", "with_parameters", "with_resources"]
+__all__ = ["ParameterizedTrainable", "PlacementGroupFactory", "resources_of", "trial_resources_of", "with_parameters",
+           "with_resources"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -39,7 +40,7 @@ class ParameterizedTrainable:
     """
 
     def __init__(self, fn: Callable[..., Any], blob: bytes | None = None, names: tuple[str, ...] = (),
-                 resources: ScalingConfig | None = None) -> None:
+                 resources: ScalingConfig | _ResourcesByConfig | None = None) -> None:
         self._fn = fn
         self._blob = blob
         self._names = names
@@ -85,14 +86,14 @@ class ParameterizedTrainable:
 
 def _unwrap(trainable: Any, where: str) -> tuple[Callable[..., Any], ParameterizedTrainable | None]:
     from ._trainable import Trainable, TrainableFunction
-    from .train._trainer import TorchTrainer
+    from .trainables._base import ConvertibleTrainer
 
     if isinstance(trainable, ParameterizedTrainable):
         return trainable._fn, trainable
     if isinstance(trainable, type) and issubclass(trainable, Trainable):
         return TrainableFunction(trainable), None  # parameters go to setup(config, **parameters), as in Ray
-    if isinstance(trainable, TorchTrainer):
-        raise TypeError(f"{where} wraps a function trainable; a TorchTrainer takes its data through "
+    if isinstance(trainable, ConvertibleTrainer):
+        raise TypeError(f"{where} wraps a function trainable; a {type(trainable).__name__} takes its data through "
                         "train_loop_config (or load it inside train_loop_per_worker) and its resources through "
                         "ScalingConfig(num_workers=..., resources_per_worker=...).")
     if isinstance(trainable, type):
@@ -115,12 +116,13 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Parameteriz
     Args:
         trainable: a function ``fn(config, **kwargs)`` (or one already wrapped
             by :func:`with_resources`).
-        **kwargs: the objects, by the parameter names of ``trainable``.
+        **kwargs: the objects, by the parameter names of ``trainable`` (none: the
+            trainable unchanged, as Ray allows).
 
     Raises:
         TypeError: ``trainable`` is not a function, does not take these keyword
             arguments, or an object cannot be pickled.
-        ValueError: no objects were given, or the trainable already has parameters.
+        ValueError: the trainable already has parameters.
 
     Example:
         >>> import tuneplat as tune
@@ -134,9 +136,8 @@ def with_parameters(trainable: Callable[..., Any], **kwargs: Any) -> Parameteriz
     from ._trainable import TrainableFunction
 
     fn, wrapped = _unwrap(trainable, "with_parameters()")
-    if not kwargs:
-        raise ValueError("with_parameters() needs at least one keyword argument to pass to the trainable, "
-                         "e.g. tune.with_parameters(train_fn, data=data).")
+    if not kwargs:  # Ray accepts it (its PyTorch/CIFAR guide starts so): the trainable as it is
+        return wrapped if wrapped is not None else ParameterizedTrainable(fn)
     if wrapped is not None and wrapped._names:
         raise ValueError(f"The trainable already has parameters {list(wrapped._names)}; pass all of them in one "
                          "with_parameters() call.")
@@ -238,9 +239,11 @@ def with_resources(trainable: Callable[..., Any],
         once, as Ray would run them).
 
     Raises:
-        TypeError: a callable ``resources`` (one per config: not supported; use
-            the largest need), or another type. A :class:`PlacementGroupFactory`
-            is one rank with its bundles' sum.
+        TypeError: another type. A :class:`PlacementGroupFactory` is one rank
+            with its bundles' sum. A callable ``resources(config)`` gives each
+            trial its own resources (any of the forms above), as in Ray; a trial
+            whose resources can never fit the cluster ends as ERROR at once,
+            with the numbers.
         ValueError: a negative or non-numeric amount.
 
     Example:
@@ -258,9 +261,7 @@ def with_resources(trainable: Callable[..., Any],
     elif isinstance(resources, Mapping):
         scaling = _scaling_from_dict(resources)
     elif callable(resources):
-        raise TypeError("with_resources() with a function of the config is not supported: every trial of a Tuner "
-                        "asks for the same resources (tuneplat has no per-trial resources yet). Pass the largest "
-                        "need as a dict, e.g. {'cpu': 2, 'gpu': 1}, or run one Tuner per resource size.")
+        scaling = _ResourcesByConfig(resources)
     else:
         raise TypeError(f"with_resources() takes a dict like {{'cpu': 2, 'gpu': 0.5}}, a PlacementGroupFactory or a "
                         f"ScalingConfig, got {type(resources).__name__}.")
@@ -269,6 +270,37 @@ def with_resources(trainable: Callable[..., Any],
     return ParameterizedTrainable(fn, resources=scaling)
 
 
+class _ResourcesByConfig:
+    """``with_resources(trainable, fn)``: each trial's resources are ``fn(config)`` (Ray's per-trial resources)."""
+
+    def __init__(self, fn: Callable[[Mapping[str, Any]], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, config: Mapping[str, Any]) -> ScalingConfig:
+        where = f"with_resources(): {getattr(self.fn, '__qualname__', self.fn)}(config)"
+        value = self.fn(config)
+        if isinstance(value, ScalingConfig):
+            return value
+        if isinstance(value, PlacementGroupFactory):
+            return _scaling_from_dict(value.required_resources)
+        if isinstance(value, Mapping):
+            return _scaling_from_dict(value)
+        raise TypeError(f"{where} returned {value!r}; it must return a dict like {{'cpu': 2, 'gpu': 0.5}}, a "
+                        "PlacementGroupFactory or a ScalingConfig.")
+
+    def per_worker(self) -> str:  # (for the wrapped trainable's repr)
+        return f"by config: {getattr(self.fn, '__qualname__', self.fn)}"
+
+
+def trial_resources_of(trainable: Any) -> Callable[[Mapping[str, Any]], ScalingConfig] | None:
+    """The per-trial resources function set with ``with_resources(trainable, fn)``, or None."""
+    resources = getattr(trainable, "_tuneplat_resources", None) if isinstance(trainable, ParameterizedTrainable) \
+        else None
+    return resources if isinstance(resources, _ResourcesByConfig) else None
+
+
 def resources_of(trainable: Any) -> ScalingConfig | None:
-    """The resources set with :func:`with_resources`, or None."""
+    """The resources set with :func:`with_resources` (the same for every trial), or None."""
+    if trial_resources_of(trainable) is not None:
+        return None
     return getattr(trainable, "_tuneplat_resources", None) if isinstance(trainable, ParameterizedTrainable) else None

@@ -631,6 +631,7 @@ SCHEDULERS["fifo"][1].update({"metric": OPT_STR, "mode": _COMMON["mode"]})
 _FAILURE_FIELDS: dict[str, Field | None] = {
     "max_failures": _f(lambda v: _is_int(v) and v >= -1, "an int >= 0, or -1 for unlimited"),
     "fail_fast": _f(lambda v: isinstance(v, bool) or v == "raise", "true, false or 'raise'"),
+    "max_preemption_failures": _f(lambda v: _is_int(v) and v >= -1, "an int >= 0, or -1 for unlimited"),
 }
 _CHECKPOINT_FIELDS: dict[str, Field | None] = {
     "num_to_keep": _f(lambda v: v is None or (_is_int(v) and v >= 1), "an int >= 1 or null (keep all)"),

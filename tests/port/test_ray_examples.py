@@ -116,9 +116,18 @@ def test_old_keyword_report_and_tune_run_at_top_level(tmp_path):
 
 def test_train_tuner_guide_scaling_config_in_param_space(tmp_path):
     proc = run_example("train_tuner_guide", tmp_path)
-    assert "WORLDS [2, 2]" in proc.stdout  # the ScalingConfig in param_space is honoured (2 ranks)
+    # ScalingConfig(num_workers=tune.grid_search([1, 2])) in param_space: each trial ran with its own group size
+    assert "WORLDS [(1, 1), (1, 1), (2, 2), (2, 2)]" in proc.stdout
     assert "BEST_LR 0.1" in proc.stdout
-    assert "REFUSED True" in proc.stdout
+
+
+def test_with_resources_by_config_script(tmp_path):
+    proc = run_example("with_resources_by_config", tmp_path)
+    if "GPU" in proc.stdout and "0 GPU(s)" not in proc.stdout:
+        pytest.skip("this machine has a GPU: every trial runs")  # (the gpu-marked tests cover that case)
+    # the use_gpu trials can never fit a machine without a GPU: ended at once, with the numbers
+    assert "RAN [(False, True), (False, True), (True, False), (True, False)]" in proc.stdout, proc.stdout
+    assert "GPU=1" in line(proc, "ERROR") and "0 GPU(s)" in line(proc, "ERROR")
 
 
 def test_torch_linear_ddp_example(tmp_path):

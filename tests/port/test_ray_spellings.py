@@ -114,8 +114,7 @@ def test_placement_group_factory_and_resource_functions():
 
     sc = resources_of(wrapped)
     assert sc.num_workers == 1 and sc.per_worker() == {"CPU": 3.0}
-    with pytest.raises(TypeError, match="function of the config is not supported"):
-        tune.with_resources(S.number_report, lambda config: {"cpu": config["n"]})
+    assert resources_of(tune.with_resources(S.number_report, lambda config: {"cpu": config["n"]})) is None
     with pytest.raises(ValueError, match="bundles"):
         tune.PlacementGroupFactory([])
 
@@ -140,8 +139,7 @@ def test_scaling_config_in_param_space(dask_client, storage):
                                              "train_loop_config": {"epochs": 1}},
                        run_config=rc(storage), client=dask_client)
     assert tuner.scaling_config.num_workers == 2 and "scaling_config" not in tuner.param_space
-    with pytest.raises(ValueError, match="a search domain in ScalingConfig"):
-        tuneplat.ScalingConfig(num_workers=tune.grid_search([1, 2]))
+    assert tuneplat.ScalingConfig(num_workers=tune.grid_search([1, 2])).has_search_domains()
     with pytest.raises(TypeError, match="must be a ScalingConfig"):
         tune.Tuner(trainer, param_space={"scaling_config": {"num_workers": 2}}, run_config=rc(storage))
 
@@ -190,7 +188,7 @@ def test_torch_trainer_restore_continues_from_the_checkpoint(dask_client, storag
 
 def test_data_parallel_trainer_and_unported_arguments():
     assert issubclass(tune.TorchTrainer, tuneplat.train.DataParallelTrainer)
-    with pytest.raises(NotImplementedError, match="Ray Data"):
+    with pytest.raises(TypeError, match="a dataset must be a dask.dataframe.DataFrame"):  # docs/data-ingest.md
         tuneplat.train.DataParallelTrainer(S.trainer_loop, datasets={"train": [1, 2]})
     with pytest.raises(NotImplementedError, match="restore"):
         tune.TorchTrainer(S.trainer_loop, resume_from_checkpoint=tuneplat.Checkpoint("/tmp"))

@@ -23,19 +23,19 @@ def report(metrics: dict[str, Any], *, checkpoint: Checkpoint | None = None) -> 
     _report(metrics, checkpoint=checkpoint)
 
 
-def get_trial_id() -> str:
+def get_trial_id() -> str | None:
     return get_context().get_trial_id()
 
 
-def get_trial_name() -> str:
+def get_trial_name() -> str | None:
     return get_context().get_trial_name()
 
 
-def get_trial_dir() -> str:
+def get_trial_dir() -> str | None:
     return get_context().get_trial_dir()
 
 
-def get_experiment_name() -> str:
+def get_experiment_name() -> str | None:
     return get_context().get_experiment_name()
 
 

@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -103,8 +103,15 @@ class TuneLoop:
                  run_config: RunConfig, scaling_config: ScalingConfig, experiment_dir: str, experiment_name: str,
                  trainable_name: str, executor: TrialExecutor, store: CheckpointStore,
                  callbacks: list[Any] | None = None, trials: list[Trial] | None = None, resume: bool = False,
-                 syncer: ExperimentSync | None = None, raw_trainable: Any = None) -> None:
+                 syncer: ExperimentSync | None = None, raw_trainable: Any = None,
+                 trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = None,
+                 trial_io: Any = None) -> None:
         self.trainable = trainable
+        self.trial_io = trial_io  # each trial's working directory and captured output (execution/_trial_io.py)
+        #: per-trial resources (``with_resources(fn)``, a ScalingConfig with search domains): config -> ScalingConfig
+        self.trial_resources = trial_resources
+        self._shapes: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> (request per rank, ranks)
+        self._shapes_checked: set[str] = set()
         self.raw_trainable = raw_trainable
         self.executor = executor
         self.store = store
@@ -158,7 +165,13 @@ class TuneLoop:
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:
         metric, mode = self.metric, self.mode
-        if (isinstance(metric, list) and self.scheduler.requires_objective()
+        multi = getattr(self.scheduler, "supports_multi_objective", None)
+        if isinstance(metric, list) and callable(multi) and multi() and not isinstance(
+                getattr(self.scheduler, "metric", None), str):
+            # MO-ASHA / multi-objective HyperBand: the scheduler decides on every objective of the TuneConfig
+            self.scheduler.set_objective(metric, mode)
+            metric = mode = None
+        elif (isinstance(metric, list) and self.scheduler.requires_objective()
                 and getattr(self.scheduler, "metric", None) is None):
             raise ValueError(
                 f"TuneConfig(metric={metric!r}, mode={mode!r}) is multi-objective, but "
@@ -220,7 +233,7 @@ class TuneLoop:
                 trainable=self.trainable, experiment_name=self.experiment_name, experiment_dir=self.experiment_dir,
                 request=self.request, world_size=self.world_size, placement_strategy=self.sc.placement_strategy,
                 backend=self.sc.backend, metric=self.metric, storage_fs=self.storage_fs,
-                raw_trainable=self.raw_trainable, say=self.reporter.say))
+                raw_trainable=self.raw_trainable, say=self.reporter.say, trial_io=self.trial_io))
             if self.tc.time_budget_s:
                 self._deadline = self.executor.now() + self.tc.time_budget_s
             if self.executor.dashboard_link:
@@ -249,6 +262,13 @@ class TuneLoop:
             self.status = "error"
             self.interrupted = True  # what did not finish stays restorable
             self._guarded(self._teardown_all, f"the tuner failed: {type(exc).__name__}: {exc}")
+        except BaseException as exc:
+            # the trial that runs this (nested) experiment ends: the scheduler stopped it (from its report() in a
+            # TuneReportCallback), its group was aborted, or it goes back to the queue; end our groups, then unwind
+            self.interrupted = True
+            self.status = "interrupted"
+            self._guarded(self._teardown_all, f"the enclosing trial ended ({type(exc).__name__})")
+            raise
         finally:
             if old_handler is not None:
                 signal.signal(signal.SIGTERM, old_handler)
@@ -488,20 +508,61 @@ class TuneLoop:
         return self._new_trial(config)
 
     def _launch_what_fits(self) -> None:
+        """Start queued trials, then new ones, while the executor has room for each (chosen before reserving)."""
         limit = self.tc.max_concurrent_trials
         while True:
             if not self.queue and (self.searcher_done or self.searcher_blocked):
                 return
             if limit is not None and self.executor.running() >= limit:
                 return
-            reservation = self.executor.reserve()
+            if self.queue:  # first in line: it waits for room of its own shape (no overtaking)
+                trial = self.queue[0]
+                shape = self._shape(trial)
+                if shape is None:
+                    self.queue.popleft()
+                    continue
+                reservation = self.executor.reserve(*shape)
+                if reservation is None:
+                    return
+                self.queue.popleft()
+                self._start(trial, reservation)
+                continue
+            reservation = self.executor.reserve()  # the experiment's shape: no suggestion without room
             if reservation is None:
                 return
-            trial = self.queue.popleft() if self.queue else self._suggest()
-            if trial is None:
+            new = self._suggest()
+            shape = self._shape(new) if new is not None else None
+            if new is None or shape is None:
                 self.executor.unreserve(reservation)
                 continue
-            self._start(trial, reservation)
+            if shape != (self.request, self.world_size):
+                self.executor.unreserve(reservation)
+                reservation = self.executor.reserve(*shape)
+                if reservation is None:
+                    self.queue.appendleft(new)  # it waits, first in line, for room of its shape
+                    return
+            self._start(new, reservation)
+
+    def _shape(self, trial: Trial) -> tuple[dict[str, float], int] | None:
+        """``(request per rank, ranks)`` of the trial; None when it can never run (it is ended as ERROR)."""
+        if self.trial_resources is None:
+            return self.request, self.world_size
+        shape = self._shapes.get(trial.trial_id)
+        if shape is None:
+            try:
+                sc = self.trial_resources(trial.config)
+                shape = (sc.per_worker(), sc.num_workers)
+                key = repr((sorted(shape[0].items()), shape[1]))
+                if key not in self._shapes_checked:
+                    self.executor.check_fits(*shape)
+                    self._shapes_checked.add(key)
+            except (TypeError, ValueError) as exc:  # a bad resources function/value, or a shape that never fits
+                trial.error = f"{type(exc).__name__}: {exc}"
+                self.reporter.say(f"tuneplat: trial {trial.trial_id} cannot run: {trial.error}")
+                self._end_trial(trial, TrialStatus.ERROR)
+                return None
+            self._shapes[trial.trial_id] = shape
+        return shape
 
     def _start(self, trial: Trial, reservation: Any) -> None:
         """Start an attempt of ``trial`` on the executor's ``reservation``."""
@@ -528,14 +589,19 @@ class TuneLoop:
         spec = TrialSpec(trial_id=trial.trial_id, name=trial.name, path=trial.path, attempt=attempt,
                          config=trial.config, start_iteration=start_iteration, time_offset=time_offset,
                          checkpoint_path=checkpoint.path if checkpoint else None,
-                         remote_trial_dir=self.store.trial_url(trial.path))
+                         remote_trial_dir=self.store.trial_url(trial.path),
+                         request=self._shapes.get(trial.trial_id, (None, None))[0],
+                         world_size=self._shapes.get(trial.trial_id, (None, None))[1])
         self.running[trial.trial_id] = _Running(attempt, resumed_from_clone=cloned)
         trial.status = TrialStatus.RUNNING
         trial.pending_decision = None
         where = self.executor.start(spec, reservation)
-        self.journal.append({"event": "trial_start", "trial_id": trial.trial_id, "attempt": attempt,
-                             "start_iteration": start_iteration, "workers": where,
-                             "checkpoint": checkpoint.path if checkpoint else None})
+        event: dict[str, Any] = {"event": "trial_start", "trial_id": trial.trial_id, "attempt": attempt,
+                                 "start_iteration": start_iteration, "workers": where,
+                                 "checkpoint": checkpoint.path if checkpoint else None}
+        if spec.request is not None:  # its own resources (with_resources(fn), a ScalingConfig with domains)
+            event["resources"] = {"num_workers": spec.world_size, "resources_per_worker": dict(spec.request)}
+        self.journal.append(event)
         for cb in self.callbacks:
             cb.on_trial_start(self, trial)
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
@@ -734,7 +800,7 @@ class TuneLoop:
             trial.attempts -= 1
             trial.status = TrialStatus.PENDING
             self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,
-                                 "reason": "a worker was lost before the trial started"})
+                                 "reason": event.message or "a worker was lost before the trial started"})
             self.queue.appendleft(trial)
         elif event.outcome is Outcome.FAILED and (not self.interrupted or trial.no_retry) and decision is None:
             self._on_failure(trial, run, event.message or "unknown failure", event.traceback)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from .._init import requested
+from .._init import local_cpus, requested
 from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
 from ._channel import TunerUnreachable
@@ -153,7 +153,7 @@ class Cluster:
         else:
             from distributed import LocalCluster
 
-            cores = asked.num_cpus or max(os.cpu_count() or 1, 1)
+            cores = local_cpus() or max(os.cpu_count() or 1, 1)
             # a rank needing k whole CPUs gets a worker process of k CPUs (cores // k of them), as Ray would
             # pack trials; a need beyond this machine is left to PlacementError to explain
             per = int(cpus_per_rank) if float(cpus_per_rank).is_integer() and 1 < cpus_per_rank <= cores else 1
@@ -648,7 +648,9 @@ class Ledger:
             raise PlacementError(
                 f"A trial needs {n} rank(s) with {{{need}}} each (one Dask worker process per rank), "
                 f"but the cluster has {self.describe()}. Lower ScalingConfig(num_workers=..., "
-                "resources_per_worker=...), or add workers/GPUs to the cluster."
+                "resources_per_worker=...), or add workers/GPUs to the cluster (the embedded cluster: "
+                f"TUNEPLAT_NUM_CPUS={max(n, 2)} gives it that many worker slots, more than the cores if need be, "
+                "as Ray's RAY_OVERRIDE_RESOURCES)."
             )
 
     def release(self, assignment: Assignment) -> None:

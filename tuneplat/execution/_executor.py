@@ -68,6 +68,10 @@ class TrialSpec:
     time_offset: float = 0.0
     checkpoint_path: str | None = None
     remote_trial_dir: str | None = None
+    #: what each rank of this trial needs and how many ranks (None: the experiment's, from the ExecutorContext);
+    #: the same values the loop passed to :meth:`TrialExecutor.reserve` for the reservation it starts on
+    request: Mapping[str, float] | None = None
+    world_size: int | None = None
 
 
 @dataclass
@@ -86,6 +90,8 @@ class ExecutorContext:
     #: the user's trainable before tuneplat wrapped it (the virtual-time executor runs this one)
     raw_trainable: Any = None
     say: Any = None  # callable(str): a line for the user's terminal (the progress reporter)
+    #: the trials' working directory and captured output (``execution._trial_io.TrialIO``; None: as they are)
+    trial_io: Any = None
 
 
 @dataclass(frozen=True)
@@ -153,8 +159,24 @@ class TrialExecutor(abc.ABC):
         """Connect (or start) what runs trials; raise if a trial can never fit."""
 
     @abc.abstractmethod
-    def reserve(self) -> Any | None:
-        """Room for one more trial, held until :meth:`start` or :meth:`unreserve`; None if there is none now."""
+    def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> Any | None:
+        """Room for one more trial, held until :meth:`start` or :meth:`unreserve`; None if there is none now.
+
+        Args:
+            request: what each rank of the trial needs (e.g. ``{"CPU": 1, "GPU": 0.5}``); None: the
+                experiment's (``ExecutorContext.request``).
+            world_size: ranks of the trial; None: the experiment's (``ExecutorContext.world_size``).
+        """
+
+    def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
+        """Raise ``PlacementError`` (a ``ValueError``) when a trial of this shape could never be placed.
+
+        The loop calls it once per trial whose resources differ from the
+        experiment's (``with_resources(fn)``, a ``ScalingConfig`` with search
+        domains); such a trial fails at once, with the numbers, instead of
+        waiting forever. The default accepts everything.
+        """
+        return None
 
     @abc.abstractmethod
     def unreserve(self, reservation: Any) -> None:

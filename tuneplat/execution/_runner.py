@@ -7,6 +7,7 @@ import inspect
 import logging
 import os
 import socket
+import sys
 import traceback
 import weakref
 from collections.abc import Callable
@@ -14,8 +15,9 @@ from datetime import timedelta
 from typing import Any
 
 from .._settings import env_seconds
-from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, _set_session
+from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
 from ._channel import TokenRefused, connect
+from ._trial_io import apply_trial_io
 from ._wire import recv_msg, send_msg
 
 __all__ = ["run_rank"]
@@ -404,7 +406,8 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             store, group_sockets = _setup_process_group(session, backend, pg_timeout_s)
         elif spec.gpu_ids:
             _pin_gpu(spec)
-        _call(trainable, spec.config)
+        with apply_trial_io(spec.trial_io, spec.trial_dir):
+            _call(trainable, spec.config)
         chainable = chainable and not _others_wait()
         idle = _send(session, ("done", chainable)) and chainable
     except StopTrial:
@@ -412,6 +415,9 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         idle = _send(session, ("done", chainable)) and chainable
     except TrialAborted:
         outcome = "aborted"
+    except TrialRequeued as exc:  # the tuner sends this trial back to its queue (see Session.lease)
+        outcome = "aborted"
+        _send(session, ("requeue", str(exc)))
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner
         outcome = "error"
         # a Python exception leaves the process healthy; SystemExit, KeyboardInterrupt & co. end the task
@@ -424,6 +430,7 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             except Exception:  # noqa: BLE001 - the trial's outcome is decided; keep the worker healthy
                 logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
         heartbeat.detach(session)
+        _reset_framework_state()
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)
             store = None
@@ -436,6 +443,23 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             else:
                 os.environ[k] = v
     return outcome, idle
+
+
+def _reset_framework_state() -> None:
+    """Forget process-wide state that frameworks keep about the process group of the trial that just ended.
+
+    ``accelerate`` (under ``transformers.Trainer``) keeps its distributed state
+    (ranks, world size, device) in class-level singletons: a later trial in this
+    worker process would otherwise train with the previous trial's group.
+    """
+    state = sys.modules.get("accelerate.state")
+    if state is None:
+        return
+    try:
+        state.AcceleratorState._reset_state(True)
+        state.GradientState._reset_state()
+    except Exception:  # noqa: BLE001 - another accelerate version: the next trial builds its own state anyway
+        logger.debug("tuneplat: could not reset accelerate's state", exc_info=True)
 
 
 def _send(session: Session, msg: Any) -> bool:

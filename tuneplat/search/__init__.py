@@ -24,7 +24,7 @@ from ._domains import (
     uniform,
 )
 from ._pareto import pareto_front
-from ._searcher import BasicVariantGenerator, ConcurrencyLimiter, Searcher
+from ._searcher import BasicVariantGenerator, ConcurrencyLimiter, Repeater, Searcher
 from ._space import SearchSpaceError, flatten_dict, unflatten_dict
 
 # Optuna is imported only when these are first used (``import tuneplat`` stays light).
@@ -59,6 +59,7 @@ __all__ = [
     "Normal",
     "OptunaPrunerScheduler",
     "OptunaSearch",
+    "Repeater",
     "SearchSpaceError",
     "Searcher",
     "choice",

@@ -195,8 +195,11 @@ class Normal(Domain):
 
     def problems(self) -> list[str]:
         out = []
-        if not isinstance(self.sd, (int, float)) or not self.sd > 0:
-            out.append(f"sd={self.sd!r} must be > 0")
+        if isinstance(self.mean, bool) or not isinstance(self.mean, (int, float)) or not math.isfinite(self.mean):
+            out.append(f"mean={self.mean!r} must be a finite number (randn(mean, sd) draws one number; for one of "
+                       "several values use choice([...]))")
+        if isinstance(self.sd, bool) or not isinstance(self.sd, (int, float)) or not self.sd > 0:
+            out.append(f"sd={self.sd!r} must be a number > 0")
         return out + _q_problems(self.q)
 
     def sample(self, rng: random.Random, spec: Any = None) -> float:
@@ -228,7 +231,12 @@ class Categorical(Domain):
 
 
 class Function(Domain):
-    """``sample_from(func)``: ``func(spec)`` computes the value; ``spec.config`` is the rest of the config."""
+    """``sample_from(func)``: ``func(config)`` computes the value from the rest of the config.
+
+    ``func`` receives the config resolved so far, which reads both ways Ray's
+    guides write it: ``config["alpha"]`` (Ray 2.x docs) and ``spec.config.alpha``
+    (older ones).
+    """
 
     def __init__(self, func: Callable[..., Any]) -> None:
         self.func = func
@@ -306,7 +314,11 @@ def choice(categories: Sequence[Any]) -> Categorical:
 
 
 def sample_from(func: Callable[..., Any]) -> Function:
-    """A value computed by ``func(spec)``, where ``spec.config`` holds the other resolved values."""
+    """A value computed by ``func(config)`` from the other resolved values.
+
+    Example:
+        >>> space = {"alpha": uniform(0, 1), "beta": sample_from(lambda config: config["alpha"] * 2)}
+    """
     return Function(func)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ._space import _has_path, grid_variants, resolve, validate_space
 
-__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Searcher"]
+__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "Searcher"]
 
 
 class Searcher:
@@ -192,6 +192,107 @@ class ConcurrencyLimiter(Searcher):
     def restore_trials(self, trials: Sequence[Mapping[str, Any]]) -> None:
         self.searcher.restore_trials(trials)
         self._live = {t["trial_id"] for t in trials if t.get("status") not in ("TERMINATED", "ERROR")}
+
+    def close(self) -> None:
+        self.searcher.close()
+
+
+class _RepeatGroup:
+    def __init__(self, primary: str, config: dict[str, Any]) -> None:
+        self.primary = primary
+        self.config = config
+        self.members: list[str] = []
+        self.results: dict[str, Mapping[str, Any] | None] = {}
+
+
+class Repeater(Searcher):
+    """Runs each config of ``searcher`` ``repeat`` times and tells it the mean (``ray.tune.search.Repeater``).
+
+    With ``set_index`` each repetition's config holds ``"__trial_index__"``
+    (0 … repeat-1), e.g. to seed each run differently. The wrapped searcher
+    learns once per config, from the mean of the metric over the repetitions
+    that reported it (an errored repetition is left out; all errored: an error).
+    Set ``num_samples`` to a multiple of ``repeat``.
+
+    Example:
+        >>> from tuneplat.search import BasicVariantGenerator, Repeater
+        >>> r = Repeater(BasicVariantGenerator(random_state=0), repeat=2)
+        >>> r.set_search_properties("loss", "min", {"x": 1}, num_samples=4)
+        True
+        >>> [r.suggest(str(i))["__trial_index__"] for i in range(2)]
+        [0, 1]
+    """
+
+    def __init__(self, searcher: Searcher, repeat: int = 1, set_index: bool = True) -> None:
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
+            raise ValueError(f"The value of `repeat` is {repeat!r}, but must be an int >= 1.")
+        if not isinstance(searcher, Searcher):
+            raise TypeError(f"Repeater wraps a tuneplat Searcher, got {type(searcher).__name__}")
+        super().__init__(searcher.metric, searcher.mode)
+        self.searcher = searcher
+        self.repeat = repeat
+        self.set_index = set_index
+        self._current: _RepeatGroup | None = None
+        self._groups: dict[str, _RepeatGroup] = {}
+
+    def set_search_properties(self, metric: Any, mode: Any, config: Mapping[str, Any] | None, **spec: Any) -> bool:
+        samples = spec.get("num_samples")
+        if isinstance(samples, int) and samples > 0:  # num_samples counts trials: the searcher makes 1/repeat of them
+            spec = {**spec, "num_samples": -(-samples // self.repeat)}
+        ok = self.searcher.set_search_properties(metric, mode, config, **spec)
+        self.metric, self.mode = self.searcher.metric, self.searcher.mode
+        if isinstance(samples, int) and samples > 0 and samples % self.repeat:
+            import logging
+
+            logging.getLogger("tuneplat").warning(
+                "tuneplat: Repeater(repeat=%d) with num_samples=%d: the last config runs fewer times; set "
+                "num_samples to a multiple of %d", self.repeat, samples, self.repeat)
+        return ok
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        group = self._current
+        if group is None or len(group.members) >= self.repeat:
+            config = self.searcher.suggest(trial_id)
+            if not isinstance(config, dict):
+                return config
+            group = self._current = _RepeatGroup(trial_id, config)
+        import copy
+
+        config = copy.deepcopy(group.config)
+        if self.set_index:
+            config["__trial_index__"] = len(group.members)
+        group.members.append(trial_id)
+        self._groups[trial_id] = group
+        return config
+
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None = None, error: bool = False,
+                          **info: Any) -> None:
+        group = self._groups.pop(trial_id, None)
+        if group is None:
+            return
+        group.results[trial_id] = None if error else result
+        if len(group.results) < self.repeat:
+            return
+        if group is self._current:
+            self._current = None
+        metrics: list[Any] = list(self.metric) if isinstance(self.metric, (list, tuple)) else [self.metric]
+        mean: dict[str, Any] = {}
+        for m in metrics:
+            values = []
+            for r in group.results.values():
+                v = r.get(str(m)) if r is not None and m is not None else None
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:
+                    values.append(float(v))
+            if values:
+                mean[str(m)] = sum(values) / len(values)
+        if len(mean) < len(metrics):
+            self.searcher.on_trial_complete(group.primary, None, error=True)
+        else:
+            self.searcher.on_trial_complete(group.primary, mean)
+
+    def restore_trials(self, trials: Sequence[Mapping[str, Any]]) -> None:
+        # the wrapped searcher knows configs, not repetitions: give it the first repetition of each
+        self.searcher.restore_trials([t for t in trials if (t.get("config") or {}).get("__trial_index__", 0) == 0])
 
     def close(self) -> None:
         self.searcher.close()

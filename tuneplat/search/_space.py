@@ -87,21 +87,37 @@ def grid_variants(space: Mapping[str, Any]) -> list[dict[Path, Any]]:
     return [dict(zip(paths, combo)) for combo in itertools.product(*(v for _, v in grids))]
 
 
-class _Spec:
-    """What ``sample_from`` functions receive: ``spec.config`` with attribute access."""
-
-    def __init__(self, config: Any) -> None:
-        self.config = _AttrDict.wrap(config)
-
-
 class _AttrDict(dict):
-    __getattr__ = dict.__getitem__
+    """A dict whose keys read as attributes too (``spec.config.alpha``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
     @classmethod
     def wrap(cls, value: Any) -> Any:
         if isinstance(value, Mapping):
             return cls({k: cls.wrap(v) for k, v in value.items()})
         return value
+
+
+class _Spec(_AttrDict):
+    """What ``sample_from`` functions receive: the config resolved so far.
+
+    Both of Ray's spellings read it: ``config["alpha"]`` (the dict form of Ray
+    2.x's guides) and ``spec.config.alpha`` / ``spec["config"]["alpha"]`` (the
+    older one), unless the config has a key ``"config"`` of its own.
+    """
+
+    def __init__(self, config: Any) -> None:
+        super().__init__({k: _AttrDict.wrap(v) for k, v in (config or {}).items()})
+
+    def __missing__(self, key: Any) -> Any:
+        if key == "config":
+            return self
+        raise KeyError(key)
 
 
 def resolve(space: Mapping[str, Any], grid: Mapping[Path, Any], rng: random.Random,
@@ -124,7 +140,13 @@ def resolve(space: Mapping[str, Any], grid: Mapping[Path, Any], rng: random.Rand
         config = _overlay(config, preset)
         deferred = [(p, v) for p, v in deferred if not _has_path(preset, p)]
     for path, value in deferred:
-        _set(config, path, value.sample(rng, _Spec(config)))
+        try:
+            sampled = value.sample(rng, _Spec(config))
+        except Exception as exc:  # noqa: BLE001 - the user's function: say which key it computes
+            raise SearchSpaceError(f"{format_path(path)} = {value!r} raised {type(exc).__name__}: {exc} (its function "
+                                   "receives the config resolved so far: config['other_key'], or spec.config.other_key)"
+                                   ) from exc
+        _set(config, path, sampled)
     return config
 
 

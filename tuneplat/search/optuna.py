@@ -39,6 +39,7 @@ Nested keys become Optuna parameter names joined with ``"/"`` (``{"opt":
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import os
 import warnings
@@ -74,8 +75,12 @@ __all__ = [
 JOURNAL_FILE = "optuna_journal.log"
 #: Name of the study in the journal.
 STUDY_NAME = "tuneplat"
+#: what OptunaSearch.save() writes (JSON: a file a user hands back is never unpickled)
+_SAVE_FORMAT = "tuneplat-optuna-search/1"
 #: User attribute of each Optuna trial holding the tuneplat trial id.
 TRIAL_ID_ATTR = "tuneplat_trial_id"
+
+logger = logging.getLogger("tuneplat")
 
 _PRIMITIVES = (type(None), bool, int, float, str)
 _SAMPLER_NAMES = ("tpe", "cmaes", "gp", "qmc", "random", "nsgaii")
@@ -543,6 +548,8 @@ class OptunaSearch(Searcher):
         # an empty study they wait for restore_trials (which knows how many ran).
         self._points_pending = existing == 0 and resume
         if existing == 0 and not resume:
+            for t in getattr(self, "_warm", []):  # restore()/restore_from_dir() before fit(): a warm start
+                self._study.add_trial(t)
             self._add_points(self._points, self._rewards)
 
     def _point_params(self, point: Mapping[str, Any]) -> dict[str, Any]:
@@ -764,6 +771,100 @@ class OptunaSearch(Searcher):
             self._space(trial)
         self._ot_trials[tid] = trial
 
+    # -- save / restore (Ray's Searcher.save/restore/restore_from_dir) --
+    def save(self, checkpoint_path: str) -> None:
+        """Write the study's finished trials to ``checkpoint_path`` (JSON), to warm-start another search.
+
+        Within an experiment nothing needs saving: the study lives in the
+        experiment folder and ``Tuner.restore`` continues it.
+
+        Example:
+            >>> searcher.save("./optuna-state.json")  # doctest: +SKIP
+            >>> fresh = OptunaSearch(metric="loss", mode="min")  # doctest: +SKIP
+            >>> fresh.restore("./optuna-state.json")  # doctest: +SKIP
+        """
+        import json
+
+        from optuna.distributions import distribution_to_json
+
+        finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        trials = []
+        for t in self.study.get_trials(deepcopy=False, states=finished):
+            trials.append({"state": t.state.name, "values": t.values, "params": t.params,
+                           "distributions": {k: distribution_to_json(d) for k, d in t.distributions.items()},
+                           "intermediate_values": {str(k): v for k, v in t.intermediate_values.items()},
+                           "user_attrs": {k: v for k, v in t.user_attrs.items() if k != TRIAL_ID_ATTR}})
+        state = {"format": _SAVE_FORMAT, "metric": self.metric, "mode": self.mode, "trials": trials}
+        path = os.fspath(checkpoint_path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+        os.replace(tmp, path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Add the trials :meth:`save` wrote to this searcher's study (a warm start; no pickle is read)."""
+        import json
+
+        path = os.fspath(checkpoint_path)
+        try:
+            with open(path) as f:
+                state = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path} is not a file written by OptunaSearch.save() (not JSON: {exc}); Ray's "
+                             "pickled searcher-state files cannot be read here: run the search again, or "
+                             "restore_from_dir() a tuneplat experiment folder") from None
+        if not isinstance(state, dict) or state.get("format") != _SAVE_FORMAT:
+            raise ValueError(f"{path} is not a file written by OptunaSearch.save() (format {_SAVE_FORMAT!r})")
+        if self.metric is None:
+            self.metric = state.get("metric")
+        if self.mode is None:
+            self.mode = state.get("mode")
+        from optuna.distributions import json_to_distribution
+
+        frozen = []
+        for t in state.get("trials", []):
+            frozen.append(optuna.trial.create_trial(
+                state=TrialState[t["state"]], values=t.get("values"), params=t["params"],
+                distributions={k: json_to_distribution(d) for k, d in t["distributions"].items()},
+                intermediate_values={int(k): v for k, v in (t.get("intermediate_values") or {}).items()},
+                user_attrs=t.get("user_attrs") or {}))
+        self._add_warm(frozen)
+
+    def restore_from_dir(self, checkpoint_dir: str) -> None:
+        """Warm-start from the study of an earlier experiment: its folder (``storage_path/name``).
+
+        Reads that folder's ``optuna_journal.log`` (Optuna's own journal format)
+        and adds its finished trials to this searcher's study.
+        """
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        folder = os.path.expanduser(os.fspath(checkpoint_dir))
+        journal = os.path.join(folder, JOURNAL_FILE)
+        if not os.path.isfile(journal):
+            raise FileNotFoundError(f"{folder} has no {JOURNAL_FILE}: give the folder of an experiment that ran "
+                                    "OptunaSearch (storage_path/name), or a file written by OptunaSearch.save() "
+                                    "to restore()")
+        old = optuna.load_study(study_name=STUDY_NAME, storage=JournalStorage(JournalFileBackend(journal)))
+        finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        trials = []
+        for t in old.get_trials(deepcopy=True, states=finished):
+            attrs = {k: v for k, v in t.user_attrs.items() if k != TRIAL_ID_ATTR}
+            trials.append(optuna.trial.create_trial(
+                state=t.state, values=t.values, params=t.params, distributions=t.distributions,
+                intermediate_values=t.intermediate_values, user_attrs=attrs))
+        if self.metric is None and self.mode is None and trials:
+            logger.info("tuneplat: OptunaSearch.restore_from_dir(%s): metric and mode come from the Tuner", folder)
+        self._add_warm(trials)
+
+    def _add_warm(self, trials: list[Any]) -> None:
+        if self._study is not None:
+            for t in trials:
+                self._study.add_trial(t)
+        else:  # added when the study is made (set_search_properties, at fit())
+            self._warm = [*getattr(self, "_warm", []), *trials]
+
     def close(self) -> None:
         self._ot_trials.clear()
 
@@ -827,7 +928,7 @@ class OptunaPrunerScheduler(TrialScheduler):
             )
         return self._study
 
-    def set_objective(self, metric: str | None, mode: str | None) -> None:
+    def set_objective(self, metric: str | list[str] | None, mode: str | list[str] | None) -> None:
         if isinstance(metric, (list, tuple)):
             raise ValueError("OptunaPrunerScheduler is single-objective: Optuna pruners do not "
                              "support multi-objective studies.")

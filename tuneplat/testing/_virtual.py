@@ -35,7 +35,7 @@ import heapq
 import itertools
 import os
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,12 +163,19 @@ class VirtualTimeExecutor(TrialExecutor):
     def running(self) -> int:
         return len(self._trials)
 
-    def reserve(self) -> int | None:
-        need = self.ctx.world_size
+    def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> int | None:
+        need = self.ctx.world_size if world_size is None else world_size
         if self._free < need:
             return None
         self._free -= need
         return need
+
+    def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
+        if world_size > self.num_slots:
+            from ..execution._cluster import PlacementError
+
+            raise PlacementError(f"A trial needs {world_size} rank(s) but VirtualTimeExecutor(num_slots="
+                                 f"{self.num_slots}) has fewer slots; raise num_slots.")
 
     def unreserve(self, reservation: int) -> None:
         self._free += reservation

@@ -6,8 +6,17 @@ from .._checkpoint import Checkpoint
 from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from .._result import Result
-from ._session import TrainContext, get_checkpoint, get_context, report
+from ._session import (
+    CheckpointUploadMode,
+    PreemptionInfo,
+    TrainContext,
+    get_checkpoint,
+    get_context,
+    get_preemption_info,
+    report,
+)
 from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
+from .data import DataConfig, DataIterator, get_dataset_shard
 
 
 def __getattr__(name: str) -> object:
@@ -21,8 +30,12 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointUploadMode",
+    "DataConfig",
+    "DataIterator",
     "DataParallelTrainer",
     "FailureConfig",
+    "PreemptionInfo",
     "Result",
     "RunConfig",
     "ScalingConfig",
@@ -32,5 +45,7 @@ __all__ = [
     "TrainingFailedError",
     "get_checkpoint",
     "get_context",
+    "get_dataset_shard",
+    "get_preemption_info",
     "report",
 ]

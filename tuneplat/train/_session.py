@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
 import threading
@@ -13,7 +14,18 @@ from .._checkpoint import Checkpoint
 from .._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 from ..execution._wire import recv_msg, send_msg
 
-__all__ = ["RankSpec", "Session", "TrainContext", "get_checkpoint", "get_context", "report"]
+__all__ = [
+    "CheckpointUploadMode",
+    "PreemptionInfo",
+    "RankSpec",
+    "Session",
+    "TrainContext",
+    "current_session",
+    "get_checkpoint",
+    "get_context",
+    "get_preemption_info",
+    "report",
+]
 
 
 class StopTrial(BaseException):
@@ -25,6 +37,15 @@ class StopTrial(BaseException):
 
 class TrialAborted(BaseException):
     """Raised from ``report()`` when the group is being torn down (another rank failed, the tuner ended)."""
+
+
+class TrialRequeued(BaseException):
+    """Raised in a trial whose nested ``TorchTrainer.fit()`` the tuner sends back to the queue.
+
+    Every worker slot is held by trials waiting to place their own groups: the
+    tuner ends the newest of them (its driver function runs again later, not
+    counted as a failure) so that the others can run.
+    """
 
 
 @dataclass
@@ -57,47 +78,53 @@ class RankSpec:
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
+    trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
 
 
 class TrainContext:
-    """Where this rank stands: ranks, sizes, trial and experiment names, the trial folder."""
+    """Where this rank stands: ranks, sizes, trial and experiment names, the trial folder.
 
-    def __init__(self, spec: RankSpec) -> None:
+    Outside a trial (the driver script, a TorchTrainer's ``fit()`` caller), as
+    in Ray, the trial's id, name, folder and experiment are None and the
+    process is rank 0 of 1.
+    """
+
+    def __init__(self, spec: RankSpec | None) -> None:
         self._spec = spec
 
     def get_world_rank(self) -> int:
-        return self._spec.rank
+        return self._spec.rank if self._spec else 0
 
     def get_world_size(self) -> int:
-        return self._spec.world_size
+        return self._spec.world_size if self._spec else 1
 
     def get_local_rank(self) -> int:
-        return self._spec.local_rank
+        return self._spec.local_rank if self._spec else 0
 
     def get_local_world_size(self) -> int:
-        return self._spec.local_world_size
+        return self._spec.local_world_size if self._spec else 1
 
     def get_node_rank(self) -> int:
-        return self._spec.node_rank
+        return self._spec.node_rank if self._spec else 0
 
-    def get_trial_id(self) -> str:
-        return self._spec.trial_id
+    def get_trial_id(self) -> str | None:
+        return self._spec.trial_id if self._spec else None
 
-    def get_trial_name(self) -> str:
-        return self._spec.trial_name
+    def get_trial_name(self) -> str | None:
+        return self._spec.trial_name if self._spec else None
 
-    def get_experiment_name(self) -> str:
-        return self._spec.experiment_name
+    def get_experiment_name(self) -> str | None:
+        return self._spec.experiment_name if self._spec else None
 
-    def get_trial_dir(self) -> str:
-        return self._spec.trial_dir
+    def get_trial_dir(self) -> str | None:
+        return self._spec.trial_dir if self._spec else None
 
     def get_trial_resources(self) -> dict[str, Any]:
-        return {"gpu_ids": list(self._spec.gpu_ids)}
+        return {"gpu_ids": list(self._spec.gpu_ids)} if self._spec else {}
 
     def get_attempt(self) -> int:
         """0 for the first run of the trial, then 1, 2, ... for retries and resumes."""
-        return self._spec.attempt
+        return self._spec.attempt if self._spec else 0
 
 
 def _plain(value: Any) -> Any:
@@ -135,6 +162,7 @@ class Session:
         self.finished = threading.Event()
         self.save_requested = False  # the last report's answer asked for a checkpoint of that step
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
+        self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
 
     def send(self, msg: Any) -> None:
         with self.send_lock:
@@ -196,6 +224,47 @@ class Session:
             raise TrialAborted(reply[1])
         raise RuntimeError(f"unexpected message from the tuner: {reply!r}")
 
+
+    def lease(self, request: dict[str, float], n: int, strategy: str) -> list[Any]:
+        """Worker slots for a group that this trial starts (a nested ``TorchTrainer.fit()``), from the tuner.
+
+        Blocks until the tuner that runs this trial places ``n`` ranks of
+        ``request`` beside it (on workers other than its own), and returns their
+        :class:`~tuneplat.execution._cluster.Assignment` s.
+
+        Raises:
+            PlacementError: the group can never fit beside this trial.
+            TrialRequeued: the tuner sends this trial back to its queue (every slot waits for a group).
+            TrialAborted: this trial is being ended.
+        """
+        try:
+            self.send(("lease", dict(request), int(n), strategy))
+        except OSError as exc:
+            raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
+        while True:
+            try:
+                reply = recv_msg(self.sock)
+            except (ConnectionError, OSError) as exc:
+                raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
+            kind = reply[0]
+            if kind == "leased":
+                return list(reply[1])
+            if kind == "refused":
+                from ..execution._cluster import PlacementError
+
+                raise PlacementError(reply[1])
+            if kind == "requeue":
+                raise TrialRequeued(reply[1])
+            if kind == "abort":
+                raise TrialAborted(reply[1])
+            raise RuntimeError(f"unexpected message from the tuner while placing a group: {reply!r}")
+
+    def unlease(self, address: str) -> None:
+        """Give back one slot :meth:`lease` gave (the group's rank there ended)."""
+        try:
+            self.send(("unlease", address))
+        except OSError:
+            pass  # the tuner frees a trial's slots when the trial ends anyway
 
     def save_late(self, folder: str) -> None:
         """Stage ``folder`` as the checkpoint of the step just reported (the tuner asked for it in its answer).
@@ -311,7 +380,7 @@ def _keyword_report(metrics: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     import warnings
 
     if metrics is not None and not isinstance(metrics, dict):
-        from .._function import DEFAULT_METRIC
+        from ..result import DEFAULT_METRIC
 
         if isinstance(metrics, bool) or not isinstance(metrics, (int, float)):
             raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r}")
@@ -328,7 +397,44 @@ def _keyword_report(metrics: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def report(metrics: dict[str, Any] | None = None, checkpoint: Checkpoint | None = None, **kwargs: Any) -> None:
+class CheckpointUploadMode(enum.Enum):
+    """How ``report(checkpoint=...)`` persists a checkpoint (Ray Train V2's ``ray.train.CheckpointUploadMode``).
+
+    tuneplat persists every reported checkpoint into the trial folder (or
+    remote storage) before ``report`` returns, whatever the mode: ``ASYNC`` is
+    accepted and runs as ``SYNC``; ``NO_UPLOAD`` (Ray: the checkpoint is already
+    at its storage path) is copied like the others.
+    """
+
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+    NO_UPLOAD = "NO_UPLOAD"
+
+
+@dataclass(frozen=True)
+class PreemptionInfo:
+    """A notice that this rank's worker is going away (Ray Train V2's ``ray.train.PreemptionInfo``)."""
+
+    preempted_ranks: list[int]
+    deadline_ms: int | None = None
+    reason: str = ""
+
+
+def get_preemption_info() -> PreemptionInfo | None:
+    """The pending preemption of this trial's workers, or None (Ray Train V2's ``ray.train.get_preemption_info``).
+
+    When it returns a notice, save and report one more checkpoint: the group is
+    restarted from it. A notice comes from tuneplat's preemption handling of
+    elastic groups (``docs/elastic.md``); where nothing announces a preemption
+    (a plain Dask worker that is simply lost), it returns None and the trial
+    restarts from its latest checkpoint (``FailureConfig``).
+    """
+    session = current_session()
+    return getattr(session, "preemption", None) if session is not None else None
+
+
+def report(metrics: dict[str, Any] | None = None, checkpoint: Checkpoint | None = None,
+           checkpoint_upload_mode: CheckpointUploadMode | str | None = None, **kwargs: Any) -> None:
     """Report metrics (and optionally a checkpoint) for this training step.
 
     Every rank of a trial calls it at the same step (it is a collective): rank
@@ -344,7 +450,14 @@ def report(metrics: dict[str, Any] | None = None, checkpoint: Checkpoint | None 
 
     Ray's older keyword style, ``tune.report(loss=..., iterations=...)``, is
     accepted with a ``DeprecationWarning`` (once per process).
+    ``checkpoint_upload_mode`` (Ray Train V2) is accepted: see :class:`CheckpointUploadMode`.
     """
+    if checkpoint_upload_mode is not None and not isinstance(checkpoint_upload_mode, CheckpointUploadMode):
+        try:
+            CheckpointUploadMode(str(checkpoint_upload_mode).upper())
+        except ValueError:
+            raise ValueError(f"The value of `checkpoint_upload_mode` is {checkpoint_upload_mode!r}, but must be a "
+                             "train.CheckpointUploadMode (SYNC, ASYNC or NO_UPLOAD).") from None
     session = _get_session("report")
     if kwargs or (metrics is not None and not isinstance(metrics, dict)):
         metrics = _keyword_report(metrics, kwargs)
@@ -358,6 +471,17 @@ def get_checkpoint() -> Checkpoint | None:
     return _get_session("get_checkpoint").checkpoint
 
 
+def current_session() -> Session | None:
+    """The session of the trial that runs in this thread (or process), None outside a trial."""
+    return getattr(_local, "session", None) or _process_session
+
+
 def get_context() -> TrainContext:
-    """Ranks, sizes, names and folder of the calling trial."""
-    return _get_session("get_context").context
+    """Ranks, sizes, names and folder of the calling trial.
+
+    Outside a trial it returns a context whose trial id is None (as Ray's
+    ``tune.get_context()``), rank 0 of 1: a script can call the same driver
+    function with and without a Tuner.
+    """
+    session = current_session()
+    return session.context if session is not None else TrainContext(None)
