@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from ._settings import env_str
-from ._trial import Trial, TrialStatus
+from .core._trial import Trial, TrialStatus
 from .search._space import flatten_dict
 
 __all__ = ["ProgressReporter", "mlflow_ui_hint", "resume_hint"]
