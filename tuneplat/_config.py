@@ -186,7 +186,11 @@ class RunConfig:
             else any free port).
         progress_interval_s: how often the status table is printed.
         callbacks: :class:`tuneplat.Callback` instances (Ray's hooks).
-        progress_reporter: a :class:`tuneplat.CLIReporter`, accepted for Ray
+        log_to_file: Ray's capture of each trial's output into its trial folder:
+            True (files ``stdout`` and ``stderr``), a file name (both in one file),
+            or a pair ``(stdout_file, stderr_file)``. What the trial prints still
+            reaches the worker's own streams too.
+        progress_reporter: a :class:`tuneplat.CLIReporter` or :class:`tuneplat.ProgressReporter`, accepted for Ray
             compatibility: its ``max_report_frequency`` sets ``progress_interval_s``.
         sync_config: accepted for Ray compatibility (results are written to
             ``storage_path`` directly; nothing to sync).
@@ -206,7 +210,7 @@ class RunConfig:
     tuner_port: int | str | None = None
     progress_interval_s: float = 5.0
     callbacks: Sequence[Any] | None = None
-    log_to_file: bool = False
+    log_to_file: bool | str | tuple[str, str] = False
     progress_reporter: Any = None
     sync_config: Any = None
 

@@ -39,6 +39,7 @@ from .core._replay import (
 )
 from .execution._dask_executor import DaskTrialExecutor
 from .execution._executor import TrialExecutor
+from .execution._trial_io import log_files, make_trial_io
 from .logger import default_file_loggers
 from .search._space import validate_space
 from .tracking import make_callbacks
@@ -181,6 +182,7 @@ class Tuner:
 
         self.run_config = mirror_config(self.run_config)  # an MLflowLoggerCallback aims the built-in MLflow mirror
         validate_space(self.param_space)
+        log_files(self.run_config.log_to_file)  # a wrong log_to_file is refused now, not at fit()
         adapt_callbacks(self.run_config.callbacks)  # refuse a wrong callback now, not at fit()
         fn = for_run(fn, self.tune_config, self.run_config)  # a Trainable class: its checkpoint policy
         _check_picklable(fn)
@@ -218,6 +220,8 @@ class Tuner:
             self._remote_dir = storage.remote_experiment(name)
         self._results: ResultGrid | None = None
         self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
+        #: Tune trials run in their trial folder (Ray's RAY_CHDIR_TO_TRIAL_DIR); a Trainer's own fit() does not (V2)
+        self._chdir_to_trial_dir = True
 
     def fit(self) -> ResultGrid:
         """Run the experiment to the end; returns every trial's :class:`Result`.
@@ -255,6 +259,7 @@ class Tuner:
                 store=store, callbacks=callbacks, trials=self._resume[1] if self._resume else None,
                 resume=self._resume is not None, syncer=syncer, raw_trainable=self._raw_trainable,
                 trial_resources=self._trial_resources,
+                trial_io=make_trial_io(self.run_config.log_to_file, chdir=self._chdir_to_trial_dir),
             )
             if self._resume is None:
                 self._set_aside_previous_journal()

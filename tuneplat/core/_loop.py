@@ -104,8 +104,10 @@ class TuneLoop:
                  trainable_name: str, executor: TrialExecutor, store: CheckpointStore,
                  callbacks: list[Any] | None = None, trials: list[Trial] | None = None, resume: bool = False,
                  syncer: ExperimentSync | None = None, raw_trainable: Any = None,
-                 trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = None) -> None:
+                 trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = None,
+                 trial_io: Any = None) -> None:
         self.trainable = trainable
+        self.trial_io = trial_io  # each trial's working directory and captured output (execution/_trial_io.py)
         #: per-trial resources (``with_resources(fn)``, a ScalingConfig with search domains): config -> ScalingConfig
         self.trial_resources = trial_resources
         self._shapes: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> (request per rank, ranks)
@@ -163,7 +165,13 @@ class TuneLoop:
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:
         metric, mode = self.metric, self.mode
-        if (isinstance(metric, list) and self.scheduler.requires_objective()
+        multi = getattr(self.scheduler, "supports_multi_objective", None)
+        if isinstance(metric, list) and callable(multi) and multi() and not isinstance(
+                getattr(self.scheduler, "metric", None), str):
+            # MO-ASHA / multi-objective HyperBand: the scheduler decides on every objective of the TuneConfig
+            self.scheduler.set_objective(metric, mode)
+            metric = mode = None
+        elif (isinstance(metric, list) and self.scheduler.requires_objective()
                 and getattr(self.scheduler, "metric", None) is None):
             raise ValueError(
                 f"TuneConfig(metric={metric!r}, mode={mode!r}) is multi-objective, but "
@@ -225,7 +233,7 @@ class TuneLoop:
                 trainable=self.trainable, experiment_name=self.experiment_name, experiment_dir=self.experiment_dir,
                 request=self.request, world_size=self.world_size, placement_strategy=self.sc.placement_strategy,
                 backend=self.sc.backend, metric=self.metric, storage_fs=self.storage_fs,
-                raw_trainable=self.raw_trainable, say=self.reporter.say))
+                raw_trainable=self.raw_trainable, say=self.reporter.say, trial_io=self.trial_io))
             if self.tc.time_budget_s:
                 self._deadline = self.executor.now() + self.tc.time_budget_s
             if self.executor.dashboard_link:
@@ -254,6 +262,13 @@ class TuneLoop:
             self.status = "error"
             self.interrupted = True  # what did not finish stays restorable
             self._guarded(self._teardown_all, f"the tuner failed: {type(exc).__name__}: {exc}")
+        except BaseException as exc:
+            # the trial that runs this (nested) experiment ends: the scheduler stopped it (from its report() in a
+            # TuneReportCallback), its group was aborted, or it goes back to the queue; end our groups, then unwind
+            self.interrupted = True
+            self.status = "interrupted"
+            self._guarded(self._teardown_all, f"the enclosing trial ended ({type(exc).__name__})")
+            raise
         finally:
             if old_handler is not None:
                 signal.signal(signal.SIGTERM, old_handler)
@@ -785,7 +800,7 @@ class TuneLoop:
             trial.attempts -= 1
             trial.status = TrialStatus.PENDING
             self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,
-                                 "reason": "a worker was lost before the trial started"})
+                                 "reason": event.message or "a worker was lost before the trial started"})
             self.queue.appendleft(trial)
         elif event.outcome is Outcome.FAILED and (not self.interrupted or trial.no_retry) and decision is None:
             self._on_failure(trial, run, event.message or "unknown failure", event.traceback)

@@ -90,6 +90,8 @@ class ExecutorContext:
     #: the user's trainable before tuneplat wrapped it (the virtual-time executor runs this one)
     raw_trainable: Any = None
     say: Any = None  # callable(str): a line for the user's terminal (the progress reporter)
+    #: the trials' working directory and captured output (``execution._trial_io.TrialIO``; None: as they are)
+    trial_io: Any = None
 
 
 @dataclass(frozen=True)
