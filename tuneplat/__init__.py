@@ -22,7 +22,7 @@ from ._wrappers import PlacementGroupFactory, with_parameters, with_resources
 from .core import TuneError
 from .core._journal import read_journal
 from .core._trial import TrialStatus
-from .execution._cluster import PlacementError
+from .execution._errors import PlacementError
 from .search import (
     choice,
     grid_search,

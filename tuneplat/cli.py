@@ -396,7 +396,7 @@ def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any, verbose:
 
 def _fit(tuner: Any) -> Any:
     from .core import TuneError
-    from .execution._cluster import PlacementError
+    from .execution._errors import PlacementError
 
     try:
         return tuner.fit()
