@@ -174,6 +174,10 @@ def _score(result: Result, metric: str, mode: str, scope: str) -> float:
     return sign * sum(values) / len(values)
 
 
+class NoBestTrialError(ValueError, RuntimeError):
+    """``get_best_result()`` found no trial with a finite value of the metric (Ray raises RuntimeError here)."""
+
+
 class ResultGrid(Sequence[Result]):
     """All trials of an experiment, in creation order.
 
@@ -261,8 +265,12 @@ class ResultGrid(Sequence[Result]):
         scored = [(_score(r, metric, mode, scope), i) for i, r in enumerate(self._results)]
         scored = [(s, i) for s, i in scored if not math.isnan(s)]
         if not scored:
-            raise ValueError(f"No trial reported a finite value for metric {metric!r}; "
-                             f"{self.num_errors} of {len(self)} trials failed.")
+            errored = (f" All {len(self)} trials errored (errored trials are candidates only with a finite value, "
+                       "as in Ray): see results.errors." if len(self) and self.num_errors == len(self)
+                       else f" {self.num_errors} of {len(self)} trials errored.")
+            raise NoBestTrialError(f"No best trial found for the given metric: {metric!r}. This means that no trial "
+                                   f"has reported this metric, or all values reported for it are NaN or infinite."
+                                   + errored)
         return self._results[min(scored)[1]]
 
     def get_best_results(self, metric: Sequence[str] | str | None = None, mode: Sequence[str] | str | None = None,

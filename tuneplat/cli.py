@@ -601,7 +601,13 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     except JournalError as exc:
         raise _Fail(str(exc).splitlines()[0]) from None
     meta = dict(meta)
-    meta["status"] = "running" if _is_running(path) else (_experiment_end_status(path) or "crashed (resumable)")
+    from collections import Counter
+
+    from ._progress import status_words
+
+    ended = _experiment_end_status(path)
+    meta["status"] = "running" if _is_running(path) else (
+        status_words(ended, Counter(t.status.value for t in trials), len(trials)) if ended else "crashed (resumable)")
     meta["path"] = url or path
     return ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
 
@@ -775,6 +781,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from .search import flatten_dict
 
     target = args.experiment_dir
+    from ._storage import is_remote
+
+    if not is_remote(target) and not os.path.exists(target):
+        raise _Fail(f"{target}: no such folder; pass an experiment folder (<storage_path>/<name>) or a storage folder "
+                    "holding experiments (e.g. tuneplat status ./tuneplat_results lists them)")
     if os.path.isdir(target) and not os.path.isfile(os.path.join(target, "journal.jsonl")):
         experiments = _experiments_in(target)
         if experiments:

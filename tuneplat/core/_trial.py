@@ -72,6 +72,8 @@ class Trial:
     #: restore took its last result from its last checkpoint's metrics (the tuner died between the two journal
     #: lines): the resumed run journals it again, or the next restore would lose it
     recovered_result: bool = False
+    #: ended only because the experiment ended early (fail_fast, a misspelt metric): a restore resumes it
+    resumable: bool = False
 
     def __str__(self) -> str:
         return self.name

@@ -100,8 +100,8 @@ class SimulationReport:
         settings = ", ".join(f"{k}={v!r}" for k, v in self.settings.items()) or "defaults"
         lines.insert(0, f"{self.experiment}: replayed under {self.scheduler} ({settings}), {self.slots} slot(s)")
         if self.truncated:
-            lines.append(f"{self.truncated} recorded curve(s) ended before the simulated scheduler stopped them "
-                         "(the recorded run stopped them earlier): its figures are lower bounds.")
+            lines.append(f"{self.truncated} recorded curve(s) were cut short by the recorded run's scheduler before "
+                         "the simulated one would have stopped them: its figures are lower bounds.")
         return "\n".join(lines)
 
 
@@ -170,6 +170,24 @@ def _recorded_slots(journal: list[dict[str, Any]]) -> int:
 def _recorded_stops(journal: list[dict[str, Any]]) -> dict[str, int]:
     return {e["trial_id"]: int(e.get("iteration") or 0) for e in journal
             if e.get("event") == "decision" and e.get("decision") == "STOP"}
+
+
+#: stop reasons that end a curve where it was meant to end (not cut short): the recorded curve is whole
+_COMPLETE_REASONS = ("stop criteria met",)
+
+
+def _cut_short(journal: list[dict[str, Any]]) -> set[str]:
+    """Trials whose recorded curve a scheduler cut short (not those that met their stop criteria or max_t)."""
+    out: set[str] = set()
+    for e in journal:
+        if e.get("event") != "decision" or e.get("decision") != "STOP":
+            continue
+        pruned = e.get("pruned")
+        if pruned is None:  # a journal written before the flag: judge by the reason
+            pruned = str(e.get("reason") or "") not in _COMPLETE_REASONS
+        if pruned:
+            out.add(str(e["trial_id"]))
+    return out
 
 
 def make_scheduler(name: str, settings: Mapping[str, Any], metric: str, mode: str) -> Any:
@@ -252,6 +270,7 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
     stops: dict[str, int] = {}
     sim_stops = _recorded_stops(sim_journal)
     truncated = 0
+    cut_short = _cut_short(journal)
     for sim_id, rec in searcher.assigned.items():
         res = by_sim_id.get(sim_id)
         if res is None:
@@ -261,8 +280,8 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
         sim_curves[rec.trial_id] = [dict(m) for m in res.metrics_dataframe.to_dict("records")] if res.metrics else []
         if sim_id in sim_stops:
             stops[rec.trial_id] = sim_stops[sim_id]
-        elif len(sim_curves[rec.trial_id]) >= len(curves[rec.trial_id]) and rec.trial_id in _recorded_stops(journal):
-            truncated += 1  # the recorded run stopped it here; the simulated scheduler would have gone on
+        elif len(sim_curves[rec.trial_id]) >= len(curves[rec.trial_id]) and rec.trial_id in cut_short:
+            truncated += 1  # the recorded run's scheduler cut it short here; the simulated one would have gone on
     return SimulationReport(
         experiment=path, metric=metric, mode=mode, scheduler=sched_name, settings=settings, slots=slots,
         recorded=_figures(trials, curves, metric, mode), simulated=_figures(sim_trials, sim_curves, metric, mode),

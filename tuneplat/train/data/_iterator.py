@@ -17,6 +17,7 @@ import collections
 import logging
 import queue
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -414,8 +415,15 @@ class DataIterator:
                     raise TypeError(f"dataset {name!r}: column {col!r} has numpy dtype {arr.dtype}, which torch "
                                     "cannot hold; drop it upstream (ddf[[...]]), convert it in map_partitions, or "
                                     "pass collate_fn=.")
-                t = torch.as_tensor(arr)
                 dt = _torch_dtype(dtypes, col)
+                if not arr.flags.writeable:  # (Arrow-backed columns): torch wants memory it may write
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", UserWarning)
+                        t = torch.as_tensor(arr)
+                    if (dt is None or dt == t.dtype) and (dev is None or dev.type == "cpu"):
+                        t = t.clone()  # no conversion below would copy it
+                else:
+                    t = torch.as_tensor(arr)
                 if dev is not None or dt is not None:
                     t = t.to(device=dev, dtype=dt, non_blocking=dev is not None and dev.type == "cuda")
                 out[col] = t
