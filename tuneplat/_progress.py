@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 from ._redact import redact, strip_credentials
 from ._settings import env_str
-from ._trial import Trial, TrialStatus
+from .core._trial import Trial, TrialStatus
 from .search._space import flatten_dict
 
 __all__ = ["ProgressReporter", "mlflow_ui_hint", "resume_hint", "status_words"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._checkpoint import Checkpoint
 from ._storage import rjoin
-from ._trial import Trial, TrialStatus
+from .core._trial import Trial, TrialStatus
 from .search._space import flatten_dict
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class Result:
             raise FileNotFoundError(f"{folder} is not a trial folder (Result.from_path takes storage_path/name/trial).")
         experiment = os.path.dirname(folder)
         if os.path.isfile(os.path.join(experiment, "journal.jsonl")):
-            from ._restore import load_trials
+            from .core._replay import load_trials
 
             trials, meta = load_trials(experiment)
             mine = [t for t in trials if os.path.abspath(t.path) == folder]

@@ -11,7 +11,6 @@ from typing import Any
 from ._compat import reporter_callbacks
 from ._config import RunConfig, ScalingConfig, ScalingSpace, TuneConfig
 from ._mainguard import check_main_guard
-from ._restore import TunerStateError, load_trials, load_tuner_state, prepare_resume, restore_problem, save_tuner_state
 from ._result import ResultGrid
 from ._storage import (
     CheckpointStore,
@@ -30,6 +29,14 @@ from ._user_callbacks import adapt_callbacks
 from ._wrappers import resources_of, trial_resources_of
 from .air.integrations.mlflow import mirror_config, target_callbacks
 from .core import ExperimentLock, TuneError, TuneLoop
+from .core._replay import (
+    TunerStateError,
+    load_trials,
+    load_tuner_state,
+    prepare_resume,
+    restore_problem,
+    save_tuner_state,
+)
 from .execution._dask_executor import DaskTrialExecutor
 from .execution._executor import TrialExecutor
 from .execution._trial_io import log_files, make_trial_io

@@ -333,7 +333,7 @@ def _cli_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _experiment_end_status(experiment_dir: str) -> str | None:
-    from ._journal import read_journal
+    from .core._journal import read_journal
 
     try:
         events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
@@ -404,7 +404,7 @@ def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any, verbose:
 
 def _fit(tuner: Any) -> Any:
     from .core import TuneError
-    from .execution._cluster import PlacementError
+    from .execution._errors import PlacementError
 
     try:
         return tuner.fit()
@@ -594,10 +594,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
-    from ._journal import JournalError
-    from ._restore import load_trials
     from ._result import ResultGrid
     from ._tuner import Tuner
+    from .core._journal import JournalError
+    from .core._replay import load_trials
 
     path, fs, url = _fetch_remote(experiment_dir)
     if not Tuner.can_restore(path):

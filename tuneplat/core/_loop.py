@@ -48,11 +48,9 @@ from schedulers import (
 
 from .._checkpoint import Checkpoint
 from .._config import RunConfig, ScalingConfig, TuneConfig
-from .._journal import Journal, to_jsonable
 from .._progress import ProgressReporter
 from .._settings import env_seconds
 from .._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
-from .._trial import Trial, TrialStatus
 from ..execution._executor import (
     Ended,
     Event,
@@ -67,7 +65,9 @@ from ..execution._executor import (
     TrialSpec,
 )
 from ..search._searcher import BasicVariantGenerator, Searcher
+from ._journal import Journal, to_jsonable
 from ._stop import MetricCheck, StopRules
+from ._trial import Trial, TrialStatus
 
 logger = logging.getLogger("tuneplat")
 

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._callbacks import Callback
 from .._config import MLflowConfig
 from .._redact import redact
 from .._settings import env_seconds
+from ..core._callbacks import Callback
 
 __all__ = ["MLflowCallback", "default_tracking_uri", "experiment_tags"]
 
@@ -1148,7 +1148,7 @@ class MLflowCallback(Callback):
 
     # ---------------------------------------------------------------- hooks
     def on_experiment_start(self, ctrl: Any) -> None:
-        from .._journal import read_journal
+        from ..core._journal import read_journal
 
         cfg = self.config
         storage_path = os.path.dirname(ctrl.experiment_dir)

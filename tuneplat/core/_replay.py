@@ -9,9 +9,9 @@ from typing import Any
 
 import cloudpickle
 
-from ._checkpoint import Checkpoint
+from .._checkpoint import Checkpoint
+from .._storage import fs_for_url, is_remote, remote_is_committed
 from ._journal import JournalError, read_journal
-from ._storage import fs_for_url, is_remote, remote_is_committed
 from ._trial import Trial, TrialStatus
 
 __all__ = ["TunerStateError", "load_trials", "load_tuner_state", "prepare_resume", "restore_problem", "save_tuner_state",
@@ -32,7 +32,7 @@ def _without_secrets(state: dict[str, Any]) -> dict[str, Any]:
     """
     import dataclasses
 
-    from ._redact import has_credentials, strip_credentials
+    from .._redact import has_credentials, strip_credentials
 
     rc = state.get("run_config")
     if rc is None or not dataclasses.is_dataclass(rc):

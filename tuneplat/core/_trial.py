@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ._checkpoint import Checkpoint
+from .._checkpoint import Checkpoint
 
 __all__ = ["Trial", "TrialStatus"]
 
@@ -94,7 +94,7 @@ class Trial:
     @property
     def experiment_tag(self) -> str:
         """A short tag of the trial's config values, as Ray's (e.g. ``3_lr=0.0100,layers=2``)."""
-        from .search._space import flatten_dict
+        from ..search._space import flatten_dict
 
         index = self.trial_id.rsplit("_", 1)[-1].lstrip("0") or "0"
         parts = []
@@ -106,7 +106,7 @@ class Trial:
     @property
     def evaluated_params(self) -> dict[str, Any]:
         """The config, flattened (``"a/b"`` keys)."""
-        from .search._space import flatten_dict
+        from ..search._space import flatten_dict
 
         return dict(flatten_dict(self.config))
 
