@@ -172,7 +172,7 @@ class VirtualTimeExecutor(TrialExecutor):
 
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
         if world_size > self.num_slots:
-            from ..execution._cluster import PlacementError
+            from ..execution._errors import PlacementError
 
             raise PlacementError(f"A trial needs {world_size} rank(s) but VirtualTimeExecutor(num_slots="
                                  f"{self.num_slots}) has fewer slots; raise num_slots.")

@@ -250,7 +250,7 @@ class Session:
             if kind == "leased":
                 return list(reply[1])
             if kind == "refused":
-                from ..execution._cluster import PlacementError
+                from ..execution._errors import PlacementError
 
                 raise PlacementError(reply[1])
             if kind == "requeue":

@@ -477,7 +477,7 @@ def _to_pandas(batch: dict[str, Any]) -> Any:
 def _rank_device() -> Any:
     import torch
 
-    from ..torch import get_device
+    from ..torch._torch import get_device
 
     try:
         return get_device()
