@@ -17,15 +17,12 @@ from .._init import local_cpus, requested
 from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
 from ._channel import TunerUnreachable
+from ._errors import PlacementError
 from ._runner import CONNECT_TIMEOUT_S, channel_client_context
 
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
 
 logger = logging.getLogger("tuneplat")
-
-
-class PlacementError(ValueError):
-    """A trial can never fit the cluster."""
 
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}

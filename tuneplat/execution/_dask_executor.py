@@ -36,7 +36,8 @@ from schedulers import Decision
 from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
-from ._cluster import Assignment, Cluster, Ledger, PlacementError
+from ._cluster import Assignment, Cluster, Ledger
+from ._errors import PlacementError
 from ._executor import (
     Ended,
     Event,
