@@ -90,6 +90,11 @@ def main() -> None:
             grid = Tuner(mh_trainables.host_dies, param_space={"x": grid_search([0.0, 1.0]), "marker": opts["marker"]},
                          tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc,
                          scaling_config=ScalingConfig(num_workers=1)).fit()
+        elif opts["mode"] == "pathloss":
+            rc.failure_config = FailureConfig(max_failures=2)
+            grid = Tuner(mh_trainables.path_lost, param_space={"x": grid_search([0.0, 1.0]), "marker": opts["marker"]},
+                         tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc,
+                         scaling_config=ScalingConfig(num_workers=1)).fit()
         elif opts["mode"] == "elastic":
             rc.failure_config = FailureConfig(max_failures=1)
             rc.name = "elastic"
@@ -109,6 +114,11 @@ def main() -> None:
         print("ERROR " + json.dumps({"type": type(exc).__name__, "message": str(exc),
                                      "seconds": time.monotonic() - t0}), flush=True)
         return
+    if opts.get("journal"):
+        from tuneplat import read_journal
+
+        for e in read_journal(os.path.join(grid.experiment_path, "journal.jsonl")):
+            print("JOURNAL", json.dumps(e, default=str)[:300], flush=True)
     journal = os.path.join(opts["storage"], "elastic", "journal.jsonl")
     resizes = []
     if opts["mode"] == "elastic" and os.path.exists(journal):

@@ -36,7 +36,8 @@ from schedulers import Decision
 from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
-from ._cluster import Assignment, Cluster, Ledger, PlacementError
+from ._cluster import Assignment, Cluster, Ledger
+from ._errors import PlacementError
 from ._executor import (
     Ended,
     Event,
@@ -139,7 +140,8 @@ class _LeasedLedger(Ledger):
     trial's connection (:meth:`~tuneplat.train._session.Session.lease`): that
     tuner places the group beside the trial (never on the trial's own worker,
     which its driver function holds) and counts the slots as taken until they
-    are given back. Its own view of the cluster only answers "can it ever fit".
+    are given back: that tuner also decides whether the group can ever fit (its
+    ledger knows the GPUs of an embedded cluster, and which slots its trials hold).
     """
 
     def __init__(self, session: Any) -> None:
@@ -151,6 +153,9 @@ class _LeasedLedger(Ledger):
 
     def release(self, assignment: Assignment) -> None:
         self._session.unlease(assignment.address)
+
+    def check_fits_empty(self, request: Any, n: int, strategy: str = "PACK") -> None:
+        """Nothing to check here: the enclosing trial's tuner refuses a group that can never fit beside the trial."""
 
 
 class DaskTrialExecutor(TrialExecutor):
@@ -616,11 +621,34 @@ class DaskTrialExecutor(TrialExecutor):
                     s.close()
                 except OSError:
                     pass
+        self._release_futures()
         if self.cluster is not None:
             try:
                 self.cluster.close()
             except Exception:  # noqa: BLE001 - the caller is closing after an error already
                 logger.warning("tuneplat: closing the Dask cluster failed", exc_info=True)
+
+    def _release_futures(self) -> None:
+        """Nothing of this fit stays wanted on the cluster: ``with_parameters``' scattered data, rank tasks.
+
+        On a user's long-lived cluster they would stay in workers' memory for
+        as long as this object lives; on a kept embedded cluster (scikit-learn's
+        searches) its scheduler would log "lose scattered data" when it closes.
+        """
+        futures = list(self._deps)
+        self._deps = ()
+        for group in list(self.groups.values()):
+            futures += [r.future for r in group.ranks]
+        futures += [rank.future for _group, rank in self.task_owner.values()]
+        futures += [r.future for r in self.idle]
+        for f in futures:
+            release = getattr(f, "release", None)
+            if release is None:
+                continue
+            try:
+                release()
+            except Exception:  # noqa: BLE001 - a client already closed holds nothing
+                logger.debug("tuneplat: releasing %r failed", f, exc_info=True)
 
     # ------------------------------------------------------------------ chained trials (idle runners)
     def _park(self, rank: _Rank) -> None:
