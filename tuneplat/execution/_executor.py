@@ -215,7 +215,7 @@ class TrialExecutor(abc.ABC):
         """Release everything (idempotent; must not raise)."""
 
     def checkpoint_store(self) -> Any | None:
-        """The :class:`~tuneplat._storage.CheckpointStore` this executor's trials need (None: the storage's own)."""
+        """The :class:`~tuneplat.storage._storage.CheckpointStore` this executor's trials need (None: the storage's own)."""
         return None
 
     def now(self) -> float:

@@ -41,7 +41,6 @@ from typing import Any
 
 from schedulers import Decision
 
-from .._storage import LocalCheckpointStore
 from ..execution._executor import (
     Ended,
     Event,
@@ -53,6 +52,7 @@ from ..execution._executor import (
     TrialExecutor,
     TrialSpec,
 )
+from ..storage._storage import LocalCheckpointStore
 
 __all__ = ["HANG", "VirtualCheckpointStore", "VirtualTimeExecutor"]
 

@@ -196,7 +196,7 @@ class DataParallelTrainer(ConvertibleTrainer):
 
         import cloudpickle
 
-        from .._storage import resolve_storage_path
+        from ..storage._storage import resolve_storage_path
 
         folder = resolve_storage_path(path)
         saved: DataParallelTrainer | None = None
