@@ -276,7 +276,7 @@ class Tuner:
                 syncer = ExperimentSync(self.experiment_dir, self._storage_fs, self._remote_dir)
             else:
                 store = LocalCheckpointStore()
-            store = executor.checkpoint_store() or store
+            store = executor.checkpoint_store(store) or store
             loop = TuneLoop(
                 trainable=self.trainable, param_space=self.param_space, tune_config=self.tune_config,
                 run_config=self.run_config, scaling_config=self.scaling_config or ScalingConfig(),

@@ -167,6 +167,7 @@ def _parser() -> argparse.ArgumentParser:
         "(best metric), beside what the recorded run spent and found.",
         epilog="examples:\n  tuneplat simulate ./tuneplat_results/digits-asha --scheduler asha --set reduction_factor=4\n"
         "  tuneplat simulate ./exp --scheduler median --set grace_period=3 --json\n"
+        "  tuneplat simulate ./exp --recommend --tolerance 0.5%%\n"
         "schedulers: " + ", ".join(SCHEDULER_NAMES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -175,6 +176,13 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
                      help="a scheduler setting, e.g. --set grace_period=2 (repeatable; values read as YAML)")
     sim.add_argument("--slots", type=int, help="trials at once (default: as many as the recorded run had)")
+    sim.add_argument("--recommend", action="store_true",
+                     help="replay a grid of schedulers (ASHA eta/grace, HyperBand, PASHA, median stopping, 'one "
+                     "iteration each, keep the top k') and rank them by the compute spent until a result within "
+                     "--tolerance of the best recorded one; prints the winner as code and as a sweep-file line")
+    sim.add_argument("--tolerance", default="1%",
+                     help="with --recommend: how close to the best recorded value counts as found: absolute "
+                     "(0.005) or relative ('1%%', the default)")
     sim.add_argument("--json", action="store_true", help="machine-readable output")
     _add_plot_parser(sub)
     return parser
@@ -931,6 +939,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             settings[name.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             raise _Fail(f"--set {item!r}: the value is not valid YAML ({exc})", EXIT_BAD_INPUT) from None
+    if args.recommend:
+        from .testing._recommend import recommend
+
+        if settings:
+            raise _Fail("--recommend tries its own grid of schedulers and settings: drop --set (and --scheduler)",
+                        EXIT_BAD_INPUT)
+        try:
+            rec = recommend(args.experiment_dir, tolerance=args.tolerance, slots=args.slots)
+        except (FileNotFoundError, ValueError) as exc:
+            raise _Fail(str(exc), EXIT_BAD_INPUT) from None
+        print(json.dumps(rec.to_dict(), indent=2, default=str) if args.json else rec.table())
+        return EXIT_OK
     try:
         report = simulate(args.experiment_dir, args.scheduler, settings, slots=args.slots)
     except (FileNotFoundError, ValueError) as exc:
