@@ -179,6 +179,7 @@ class DataParallelTrainer(ConvertibleTrainer):
                 pass
         tuner._caller = f"{self._name}.fit()"
         tuner._chdir_to_trial_dir = False  # Ray Train V2: a Trainer's workers keep their working directory
+        tuner._auto_file_loggers = current_session() is None  # inside a trial: the trial's files are the record
         result = tuner.fit()[0]
         if result.error is not None:
             raise TrainingFailedError(f"Training failed: {result.error}") from result.error
