@@ -11,22 +11,7 @@ from typing import Any
 from ._compat import reporter_callbacks
 from ._config import RunConfig, ScalingConfig, ScalingSpace, TuneConfig
 from ._mainguard import check_main_guard
-from ._result import ResultGrid
-from ._storage import (
-    CheckpointStore,
-    ExperimentSync,
-    FsspecCheckpointStore,
-    LocalCheckpointStore,
-    fetch_experiment,
-    fs_for_url,
-    is_remote,
-    local_cache_for,
-    resolve_storage,
-    resolve_storage_path,
-    rjoin,
-)
 from ._user_callbacks import adapt_callbacks
-from ._wrappers import resources_of, trial_resources_of
 from .air.integrations.mlflow import mirror_config, target_callbacks
 from .core import ExperimentLock, TuneError, TuneLoop
 from .core._replay import (
@@ -42,9 +27,24 @@ from .execution._executor import TrialExecutor
 from .execution._trial_io import log_files, make_trial_io
 from .logger import CSVLoggerCallback, TBXLoggerCallback, default_file_loggers
 from .logger._files import FileLoggers
+from .results._result import ResultGrid
 from .search._space import validate_space
+from .storage._storage import (
+    CheckpointStore,
+    ExperimentSync,
+    FsspecCheckpointStore,
+    LocalCheckpointStore,
+    fetch_experiment,
+    fs_for_url,
+    is_remote,
+    local_cache_for,
+    resolve_storage,
+    resolve_storage_path,
+    rjoin,
+)
 from .tracking import make_callbacks
 from .trainables._adapt import ConvertibleTrainer, for_run, function_of
+from .trainables._wrappers import resources_of, trial_resources_of
 
 __all__ = ["Tuner"]
 

@@ -63,7 +63,7 @@ def _earlier_run(run_config: RunConfig) -> str | None:
     """
     import os
 
-    from .._storage import resolve_storage_path
+    from ..storage._storage import resolve_storage_path
 
     storage = run_config.storage_path
     if not run_config.name or (storage is not None and "://" in str(storage) and not str(storage).startswith("file:")):
@@ -223,7 +223,7 @@ class DataParallelTrainer(ConvertibleTrainer):
 
         import cloudpickle
 
-        from .._storage import resolve_storage_path
+        from ..storage._storage import resolve_storage_path
 
         folder = resolve_storage_path(path)
         saved: DataParallelTrainer | None = None
