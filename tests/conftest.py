@@ -13,7 +13,7 @@ import time
 import urllib.request
 
 import pytest
-from procs import popen, stop
+from procs import kept_note, popen, stop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Worker processes import test modules' functions by reference: make the repo importable there.
@@ -52,23 +52,6 @@ def litter() -> list[str]:
     new = sorted(_checkout_files() - _CHECKOUT_BEFORE)
     tops = sorted({p.split("/", 1)[0] + ("/" if "/" in p else "") for p in new})
     return left + [os.path.join(ROOT, t) for t in tops]
-
-
-def _size_text(path: str) -> str:
-    total = 0
-    for top, _dirs, files in os.walk(path):
-        for n in files:
-            try:
-                total += os.lstat(os.path.join(top, n)).st_size
-            except OSError:
-                pass
-    return f"{total / 1e6:.0f} MB"
-
-
-def kept_note(path: str) -> str:
-    """The line the session prints when it keeps its temporary folder (a failed run): where, how big, how to remove."""
-    return (f"tuneplat tests: kept the session's temporary folder for a look: {path} ({_size_text(path)}); "
-            f"remove it with: rm -rf {path}")
 
 
 def pytest_sessionfinish(session, exitstatus):

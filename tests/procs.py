@@ -61,3 +61,20 @@ def stop_leftovers() -> list[str]:
         if proc in _STARTED:
             _STARTED.remove(proc)
     return left
+
+
+def _size_text(path: str) -> str:
+    total = 0
+    for top, _dirs, files in os.walk(path):
+        for n in files:
+            try:
+                total += os.lstat(os.path.join(top, n)).st_size
+            except OSError:
+                pass
+    return f"{total / 1e6:.0f} MB"
+
+
+def kept_note(path: str) -> str:
+    """The line the session prints when it keeps its temporary folder (a failed run): where, how big, how to remove."""
+    return (f"tuneplat tests: kept the session's temporary folder for a look: {path} ({_size_text(path)}); "
+            f"remove it with: rm -rf {path}")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import procs
-from conftest import kept_note
+from procs import kept_note
 
 # a leader that ignores SIGTERM (as a `dask worker --no-nanny` busy in a task may) with a child of its own
 _STUBBORN = r"""

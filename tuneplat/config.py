@@ -435,7 +435,7 @@ class _Builder:
         """``run.storage_options``: the keyword arguments of the fsspec filesystem of a remote storage_path."""
         from urllib.parse import urlparse
 
-        from ._storage import is_remote
+        from .storage._storage import is_remote
 
         where: Path = ("run", "storage_options")
         if not is_remote(storage_path):
@@ -563,14 +563,30 @@ _PRUNERS = {
     "wilcoxon": "WilcoxonPruner",
     "nop": "NopPruner",
 }
+#: metric/mode of schedulers that decide on several objectives (MO-ASHA, multi-objective HyperBand)
+_MO_COMMON: dict[str, Field | None] = {
+    "metric": _f(lambda v: v is None or (isinstance(v, str) and v != "")
+                 or (isinstance(v, list) and bool(v) and all(isinstance(m, str) and m for m in v)),
+                 "a metric name, a list of metric names, or null"),
+    "mode": _f(lambda v: v is None or v in ("min", "max")
+               or (isinstance(v, list) and bool(v) and all(m in ("min", "max") for m in v)),
+               "'min', 'max', a list of them (one per metric), or null"),
+    "time_attr": _TIME_ATTR,
+}
+_RUNGS = _f(lambda v: isinstance(v, list) and bool(v) and all(_is_num(x) and x > 0 for x in v)
+            and all(b > a for a, b in zip(v, v[1:])), "a strictly increasing list of numbers > 0")
+_TIEBREAK = _f(lambda v: v in ("crowding", "epsnet"), "'crowding' or 'epsnet'")
 _ASHA: dict[str, Field | None] = {
-    **_COMMON,
+    **_MO_COMMON,
     "max_t": NUM_GT0,
     "grace_period": NUM_GT0,
     "reduction_factor": _f(lambda v: _is_num(v) and v >= 2, "a number >= 2"),
     "brackets": INT_GE1,
     "stop_last_trials": BOOL,
     "seed": OPT_INT,
+    "rung_levels": _RUNGS,
+    "mo_tiebreak": _TIEBREAK,
+    "cost_attr": OPT_STR,
 }
 #: scheduler.type -> (class name in tuneplat.schedulers, accepted keys)
 SCHEDULERS: dict[str, tuple[str, dict[str, Field | None]]] = {
@@ -580,10 +596,25 @@ SCHEDULERS: dict[str, tuple[str, dict[str, Field | None]]] = {
     "hyperband": (
         "HyperBandScheduler",
         {
-            **_COMMON,
+            **_MO_COMMON,
             "max_t": NUM_GT0,
             "reduction_factor": _f(lambda v: _is_num(v) and v >= 2, "a number >= 2"),
             "stop_last_trials": BOOL,
+            "mo_tiebreak": _TIEBREAK,
+        },
+    ),
+    "pasha": (
+        "PASHAScheduler",
+        {
+            **_COMMON,
+            "max_t": NUM_GT0,
+            "grace_period": NUM_GT0,
+            "reduction_factor": _f(lambda v: _is_num(v) and v >= 2, "a number >= 2"),
+            "stop_last_trials": BOOL,
+            "seed": OPT_INT,
+            "rung_levels": _RUNGS,
+            "epsilon": _f(lambda v: v == "auto" or (_is_num(v) and v >= 0), "a number >= 0 or 'auto'"),
+            "epsilon_percentile": _f(lambda v: _is_num(v) and 0 <= v <= 100, "a number in [0, 100]"),
         },
     ),
     "median_stopping_rule": (
@@ -671,7 +702,13 @@ _MLFLOW_FIELDS: dict[str, Field | None] = {
     "tags": STR_MAP,
 }
 _SCALING_FIELDS: dict[str, Field | None] = {
-    "num_workers": INT_GE1,
+    "num_workers": _f(lambda v: (_is_int(v) and v >= 1) or (isinstance(v, (list, tuple)) and len(v) == 2
+                                                            and all(_is_int(x) and x >= 1 for x in v)
+                                                            and v[0] <= v[1]),
+                      "an int >= 1, or [min_workers, max_workers] (an elastic group, min <= max)"),
+    "elastic_resize_monitor_interval_s": _f(lambda v: v is None or (isinstance(v, (int, float))
+                                                                    and not isinstance(v, bool) and v >= 0),
+                                            "a number of seconds >= 0, or null"),
     "use_gpu": BOOL,
     "resources_per_worker": NUM_MAP,
     "placement_strategy": _one_of("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),

@@ -8,8 +8,8 @@ import pytest
 
 import tuneplat as tune
 from tuneplat import read_journal
-from tuneplat._restore import load_trials, prepare_resume
 from tuneplat.cli import main
+from tuneplat.core._replay import load_trials, prepare_resume
 from tuneplat.testing import VirtualTimeExecutor
 
 
@@ -98,7 +98,7 @@ def test_status_of_a_missing_folder_says_it_does_not_exist(tmp_path, capsys):
 
 def test_before_the_first_report_the_progress_line_says_what_the_wait_is():
     from tuneplat._progress import ProgressReporter
-    from tuneplat._trial import Trial, TrialStatus
+    from tuneplat.core._trial import Trial, TrialStatus
 
     class Executor:
         heavy_imports = ["torch"]

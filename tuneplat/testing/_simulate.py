@@ -26,10 +26,10 @@ from typing import Any
 
 from .. import schedulers as _schedulers
 from .._config import RunConfig, TuneConfig
-from .._journal import read_journal
-from .._restore import load_trials
-from .._trial import Trial
 from .._tuner import Tuner
+from ..core._journal import read_journal
+from ..core._replay import load_trials
+from ..core._trial import Trial
 from ..execution._executor import TrialSpec
 from ..search._searcher import Searcher
 from ._virtual import VirtualTimeExecutor
@@ -42,6 +42,7 @@ SCHEDULER_NAMES = {
     "asha": "ASHAScheduler",
     "async_hyperband": "AsyncHyperBandScheduler",
     "hyperband": "HyperBandScheduler",
+    "pasha": "PASHAScheduler",
     "median": "MedianStoppingRule",
     "median_stopping": "MedianStoppingRule",
     "pbt": "PopulationBasedTraining",
@@ -75,9 +76,13 @@ class SimulationReport:
     truncated: int
     stops: dict[str, int] = field(default_factory=dict)
     recorded_stops: dict[str, int] = field(default_factory=dict)
+    #: every simulated result in virtual-time order: ``(virtual time, trial-seconds of that iteration, metric value)``
+    timeline: list[tuple[float, float, Any]] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("timeline", None)
+        return out
 
     def table(self) -> str:
         r, s = self.recorded, self.simulated
@@ -269,7 +274,12 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
     sim_curves: dict[str, list[dict[str, Any]]] = {}
     stops: dict[str, int] = {}
     sim_stops = _recorded_stops(sim_journal)
+    sim_results: dict[str, list[dict[str, Any]]] = {}  # from the journal (no DataFrame per trial: --recommend replays many)
+    for e in sim_journal:
+        if e.get("event") == "result" and isinstance(e.get("result"), dict):
+            sim_results.setdefault(str(e.get("trial_id")), []).append(e["result"])
     truncated = 0
+    timeline: list[tuple[float, float, Any]] = []
     cut_short = _cut_short(journal)
     for sim_id, rec in searcher.assigned.items():
         res = by_sim_id.get(sim_id)
@@ -277,7 +287,10 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
             continue
         t = Trial(trial_id=rec.trial_id, config=dict(rec.config), path="", name=rec.name)
         sim_trials.append(t)
-        sim_curves[rec.trial_id] = [dict(m) for m in res.metrics_dataframe.to_dict("records")] if res.metrics else []
+        sim_curves[rec.trial_id] = sim_results.get(sim_id, [])
+        for row in sim_curves[rec.trial_id]:
+            timeline.append((float(row.get("timestamp") or 0.0), float(row.get("time_this_iter_s") or 0.0),
+                             row.get(metric)))
         if sim_id in sim_stops:
             stops[rec.trial_id] = sim_stops[sim_id]
         elif len(sim_curves[rec.trial_id]) >= len(curves[rec.trial_id]) and rec.trial_id in cut_short:
@@ -286,6 +299,7 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
         experiment=path, metric=metric, mode=mode, scheduler=sched_name, settings=settings, slots=slots,
         recorded=_figures(trials, curves, metric, mode), simulated=_figures(sim_trials, sim_curves, metric, mode),
         truncated=truncated, stops=stops, recorded_stops=_recorded_stops(journal),
+        timeline=sorted(timeline, key=lambda item: item[0]),
     )
 
 
