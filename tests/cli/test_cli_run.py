@@ -108,6 +108,7 @@ def write(path, text: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_failed_experiment_exits_nonzero_then_resume_errored_succeeds(tmp_path):
     ok_file = tmp_path / "ok"
     sweep = write(tmp_path / "fail.yaml", f"""
@@ -214,6 +215,7 @@ def test_run_on_an_existing_cluster_with_address(tmp_path, dask_client):
     assert f"address: {address}" in (tmp_path / "toy-asha" / "sweep.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_sweep_on_s3_then_status_best_and_resume_by_url(tmp_path, s3, s3_endpoint):
     """storage_path on S3 from a sweep file: fsspec builds the filesystem from AWS_* variables (tuner and workers)."""
     _fs, url = s3

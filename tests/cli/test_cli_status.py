@@ -112,6 +112,7 @@ def _strip_ansi(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r", "", text)
 
 
+@pytest.mark.slow
 def test_live_view_on_a_terminal_shows_progress_best_full_errors_and_next_steps(tmp_path):
     """The CLI in a pseudo-terminal: the rich live view, then the summary with the commands to look further."""
     master, slave = os.openpty()
@@ -144,6 +145,7 @@ def test_live_view_on_a_terminal_shows_progress_best_full_errors_and_next_steps(
     assert "Traceback" not in out and "distributed.core" not in out
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_terminal_gives_one_resume_hint_and_no_tracebacks(tmp_path):
     """SIGINT to the whole foreground process group, as a terminal's Ctrl-C does (tuner, Dask workers, MLflow
     uploader): the tuner ends the run; nobody prints a KeyboardInterrupt traceback; one line says how to resume."""
