@@ -208,3 +208,41 @@ def test_restore_needs_the_datasets_again(dask_client, storage):
     assert glob.glob(os.path.join(folder, "trainer.pkl"))
     with pytest.raises(ValueError, match=r"was given datasets \['train'\]: pass them again"):
         TorchTrainer.restore(folder)
+
+
+# ---------------------------------------------------------------------- bounded memory
+@pytest.mark.slow
+def test_streaming_keeps_driver_and_ranks_far_below_the_dataset(tmp_path, storage):
+    """~350 MB of Parquet, 2 epochs on 2 ranks: the driver's and each rank's RSS grow by a small part of it.
+
+    A rank holds about ``prefetch_partitions + 1`` partitions (here 3 MB each) and its worker those it computed
+    for either rank: the growth depends on the partition size, not on the dataset's.
+    """
+    from cluster_fixtures import local_client
+
+    folder = tmp_path / "big"
+    folder.mkdir()
+    cols, rows, files = 50, 15_000, 80  # float32, 3 MB a partition in memory (random: Parquet cannot shrink it)
+    rng = np.random.default_rng(0)
+    for i in range(files):
+        frame = pd.DataFrame(rng.random((rows, cols), dtype=np.float32), columns=[f"f{j}" for j in range(cols)])
+        frame.to_parquet(folder / f"part{i:03d}.parquet", compression=None)
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    assert size > 300e6
+    with local_client(2) as client:  # fresh worker processes: their RSS is this test's
+        trainer = TorchTrainer(dt.stream_and_measure, datasets={"train": str(folder / "*.parquet")},
+                               scaling_config=tune.ScalingConfig(num_workers=2), run_config=_rc(storage, "mem"),
+                               client=client)
+        with dt.PeakRSS() as driver:
+            result = trainer.fit()
+    ranks = []
+    for r in range(2):
+        with open(os.path.join(result.path, f"mem{r}.json"), encoding="utf-8") as f:
+            ranks.append(json.load(f))
+    assert sum(m["rows"] for m in ranks) == 2 * rows * files  # 2 epochs of every row
+    growth = [m["peak"] - m["before"] for m in ranks]
+    print(f"dataset {size / 1e6:.0f} MB on disk; driver RSS {driver.before / 1e6:.0f} -> peak {driver.peak / 1e6:.0f} MB;"
+          f" ranks' RSS growth {[round(g / 1e6) for g in growth]} MB, peaks {[round(m['peak'] / 1e6) for m in ranks]} MB")
+    assert driver.peak - driver.before < size / 8, "the driver held a large part of the dataset"
+    for g in growth:
+        assert g < size / 3, f"a rank's RSS grew by {g / 1e6:.0f} MB for a {size / 1e6:.0f} MB dataset"
