@@ -127,3 +127,11 @@ def stream_and_measure(config: dict) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"before": mem.before, "peak": mem.peak, "rows": rows}, f)
     train.report({"rows": rows})
+
+
+def read_on_tls(config: dict) -> None:
+    """Reads the shard; reports the scheduler's address scheme the rank's Dask client used."""
+    from distributed import get_worker
+
+    rows = sum(len(b["id"]) for b in train.get_dataset_shard().iter_batches(batch_size=10))
+    train.report({"rows": rows, "scheme": get_worker().scheduler.address.split("://")[0]})

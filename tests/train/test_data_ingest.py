@@ -164,6 +164,15 @@ def test_tuner_with_asha_over_a_persisted_dataset(dask_client, storage):
     assert grid.get_best_result().config["train_loop_config"]["lr"] == 0.3
 
 
+def test_on_the_embedded_tls_cluster(storage):
+    """No client given: the embedded cluster (TLS by default); the ranks' Dask clients speak TLS too."""
+    trainer = TorchTrainer(dt.read_on_tls, datasets={"train": pd.DataFrame({"id": np.arange(90)})},
+                           scaling_config=tune.ScalingConfig(num_workers=2), run_config=_rc(storage, "tls"))
+    result = trainer.fit()
+    assert result.metrics["scheme"] == "tls"
+    assert result.metrics["rows"] == 45
+
+
 # ---------------------------------------------------------------------- errors
 def test_failing_preprocessing_names_the_partition_and_keeps_the_traceback(dask_client, storage):
     df = pd.DataFrame({"id": np.arange(100)})
