@@ -365,7 +365,7 @@ class DaskTrialExecutor(TrialExecutor):
                 checkpoint_path=spec.checkpoint_path, backend=backend, gpu_ids=list(a.gpu_ids),
                 host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
-                channel_tls=self.channel_tls, trial_io=ctx.trial_io,
+                channel_tls=self.channel_tls, trial_io=ctx.trial_io, rank_hosts=[x.host for x in placement],
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)

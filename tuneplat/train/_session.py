@@ -79,6 +79,7 @@ class RankSpec:
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
+    rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
 
 
 class TrainContext:
