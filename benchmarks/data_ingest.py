@@ -196,8 +196,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1024)
     args = parser.parse_args()
-    rows = args.rows or (200_000 if args.quick else 2_000_000)
-    files = 8 if args.quick else 32
+    rows = args.rows or (200_000 if args.quick else 600_000)
+    files = 8 if args.quick else 24
     tmp = tempfile.mkdtemp(prefix="tuneplat-ingest-")
     out: dict = {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()[0],
                  "batch": args.batch, "epochs": args.epochs, "features": FEATURES + 1, "files": files}

@@ -28,8 +28,8 @@ def _rc(storage: str, name: str) -> tune.RunConfig:
     return tune.RunConfig(name=name, storage_path=storage, verbose=0, mlflow=False)
 
 
-def _fit(fn, datasets, storage, name, client, loop=None, **kw):
-    trainer = TorchTrainer(fn, train_loop_config=loop or {}, datasets=datasets,
+def _fit(fn, datasets, storage, name, client, loop=None, trainer_class=TorchTrainer, **kw):
+    trainer = trainer_class(fn, train_loop_config=loop or {}, datasets=datasets,
                            scaling_config=tune.ScalingConfig(num_workers=2), run_config=_rc(storage, name),
                            client=client, **kw)
     return trainer.fit()
@@ -136,7 +136,8 @@ def test_parquet_files_on_disk_with_preprocessing(dask_client, storage, tmp_path
 def test_csv_with_fewer_partitions_than_ranks(dask_client, storage, tmp_path):
     path = tmp_path / "one.csv"
     pd.DataFrame({"id": np.arange(41)}).to_csv(path, index=False)
-    result = _fit(dt.record, {"train": [str(path)]}, storage, "csv", dask_client, loop={"epochs": 1})
+    result = _fit(dt.record, {"train": [str(path)]}, storage, "csv", dask_client, loop={"epochs": 1},
+                  trainer_class=train.DataParallelTrainer)
     _check_exact_once(_seen(result, 1), 41)
 
 
