@@ -214,8 +214,11 @@ class TrialExecutor(abc.ABC):
     def close(self) -> None:
         """Release everything (idempotent; must not raise)."""
 
-    def checkpoint_store(self) -> Any | None:
-        """The :class:`~tuneplat._storage.CheckpointStore` this executor's trials need (None: the storage's own)."""
+    def checkpoint_store(self, default: Any = None) -> Any | None:
+        """The :class:`~tuneplat.storage._storage.CheckpointStore` this executor's trials need (None: ``default``).
+
+        ``default`` is the store the tuner uses for its storage path (local or remote).
+        """
         return None
 
     def now(self) -> float:

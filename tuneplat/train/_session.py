@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._checkpoint import Checkpoint
-from .._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 from ..execution._wire import recv_msg, send_msg
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 
 __all__ = [
     "CheckpointUploadMode",
@@ -169,6 +169,11 @@ class Session:
         with self.send_lock:
             send_msg(self.sock, msg)
 
+    def ask(self, msg: Any) -> Any:
+        """Send ``msg`` to the tuner and wait for its reply (a report's decision)."""
+        self.send(msg)
+        return recv_msg(self.sock)
+
     def _stage(self, folder: str) -> None:
         name = checkpoint_name(self.iteration)
         if self.spec.remote_trial_dir is not None:
@@ -209,8 +214,7 @@ class Session:
             )
         self.last_report_time = now
         try:
-            self.send(("report", self.iteration, result, staged))
-            reply = recv_msg(self.sock)
+            reply = self.ask(("report", self.iteration, result, staged))
         except (ConnectionError, OSError) as exc:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
         kind = reply[0]
@@ -353,14 +357,21 @@ _local = threading.local()
 _process_session: Session | None = None
 
 
-def _set_session(session: Session | None) -> None:
+def _set_session(session: Session | None, *, process_wide: bool = True) -> None:
+    """Make ``session`` the calling thread's (and, ``process_wide``, every other thread's without one)."""
     global _process_session
     _local.session = session
-    _process_session = session
+    if process_wide:
+        _process_session = session
+
+
+def _current_session() -> Session | None:
+    """The calling thread's session, else the process's, else None."""
+    return getattr(_local, "session", None) or _process_session
 
 
 def _get_session(fn: str) -> Session:
-    session = getattr(_local, "session", None) or _process_session
+    session = _current_session()
     if session is None:
         raise RuntimeError(
             f"tuneplat.{fn}() was called outside a trial. Call it from the function you pass to "
