@@ -68,7 +68,7 @@ def train_linear(config: dict) -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss) * len(x)
+            total += loss.item() * len(x)
             n += len(x)
         train.report({"loss": total / max(n, 1)})
 
