@@ -612,7 +612,7 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     meta = dict(meta)
     from collections import Counter
 
-    from ._progress import status_words
+    from .tracking._progress import status_words
 
     ended = _experiment_end_status(path)
     meta["status"] = "running" if _is_running(path) else (

@@ -18,7 +18,7 @@ from conftest import free_port, start_mlflow, stop_group
 from mlflow import MlflowClient
 
 import tuneplat as tune
-from tuneplat._progress import mlflow_ui_hint
+from tuneplat.tracking._progress import mlflow_ui_hint
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 REQUIRED = os.environ.get("TUNEPLAT_REQUIRE_BROWSER") == "1"

@@ -47,7 +47,6 @@ from schedulers import (
 )
 
 from .._config import RunConfig, ScalingConfig, TuneConfig
-from .._progress import ProgressReporter
 from .._settings import env_seconds
 from ..execution._executor import (
     Ended,
@@ -66,6 +65,7 @@ from ..execution._executor import (
 from ..search._searcher import BasicVariantGenerator, Searcher
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
+from ..tracking._progress import ProgressReporter
 from ._journal import Journal, to_jsonable
 from ._stop import MetricCheck, StopRules
 from ._trial import Trial, TrialStatus

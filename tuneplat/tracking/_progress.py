@@ -30,10 +30,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ._redact import redact, strip_credentials
-from ._settings import env_str
-from .core._trial import Trial, TrialStatus
-from .search._space import flatten_dict
+from .._redact import redact, strip_credentials
+from .._settings import env_str
+from ..core._trial import Trial, TrialStatus
+from ..search._space import flatten_dict
 
 __all__ = ["ProgressReporter", "mlflow_ui_hint", "resume_hint", "status_words"]
 
