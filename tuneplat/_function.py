@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from numbers import Number
 from typing import Any
 
-__all__ = ["DEFAULT_METRIC", "ReportsReturn", "report_returns"]
+from .result import DEFAULT_METRIC
 
-#: The key a returned or yielded number is reported under (Ray's ``ray.tune.result.DEFAULT_METRIC``).
-DEFAULT_METRIC = "_metric"
+__all__ = ["DEFAULT_METRIC", "ReportsReturn"]
+
 
 
 def _report_output(output: Any) -> None:
@@ -67,18 +67,3 @@ class ReportsReturn:
     def __repr__(self) -> str:
         return f"ReportsReturn({self.__qualname__})"
 
-
-def report_returns(fn: Any) -> Any:
-    """``fn`` (a function, or one inside ``with_parameters``/``with_resources``) wrapped in :class:`ReportsReturn`.
-
-    Trainable classes (already run by a wrapper that reports ``step()``'s
-    results) and trainables wrapped before are returned unchanged.
-    """
-    from ._trainable import TrainableFunction
-    from ._wrappers import ParameterizedTrainable
-
-    if isinstance(fn, ParameterizedTrainable):
-        return fn if isinstance(fn._fn, (ReportsReturn, TrainableFunction)) else fn._copy(_fn=ReportsReturn(fn._fn))
-    if isinstance(fn, (ReportsReturn, TrainableFunction)):
-        return fn
-    return ReportsReturn(fn)

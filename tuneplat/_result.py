@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._checkpoint import Checkpoint
+from ._storage import rjoin
+from ._trial import Trial, TrialStatus
 from .search._space import flatten_dict
 
 if TYPE_CHECKING:
@@ -85,12 +87,11 @@ class Result:
         experiment = os.path.dirname(folder)
         if os.path.isfile(os.path.join(experiment, "journal.jsonl")):
             from ._restore import load_trials
-            from ._tuner import result_grid
 
             trials, meta = load_trials(experiment)
             mine = [t for t in trials if os.path.abspath(t.path) == folder]
             if mine:
-                return result_grid(mine, meta.get("metric"), meta.get("mode"), experiment)[0]
+                return ResultGrid.from_trials(mine, meta.get("metric"), meta.get("mode"), experiment)[0]
         params = os.path.join(folder, "params.json")
         results = os.path.join(folder, "result.json")
         if not (os.path.isfile(params) or os.path.isfile(results)):
@@ -186,6 +187,31 @@ class ResultGrid(Sequence[Result]):
         self._metric = metric
         self._mode = mode
         self.experiment_path = experiment_path
+
+    @classmethod
+    def from_trials(cls, trials: Sequence[Trial], metric: Any, mode: Any, experiment_dir: str,
+                    storage_fs: Any = None, remote_dir: str | None = None) -> ResultGrid:
+        """The grid of ``trials`` (the tuner's, or those replayed from a journal).
+
+        Args:
+            trials: the experiment's trials, in creation order.
+            metric, mode: the experiment's (``TuneConfig``'s) defaults for :meth:`get_best_result`.
+            experiment_dir: the local experiment folder.
+            storage_fs, remote_dir: the fsspec filesystem and URL of a remote experiment; each
+                result's ``path`` then points there.
+        """
+        results = []
+        for t in trials:
+            err = (TrialError(t.error or "unknown error", t.error_traceback, t.trial_id)
+                   if t.status == TrialStatus.ERROR else None)
+            path = t.path if remote_dir is None else rjoin(remote_dir, os.path.basename(t.path))
+            results.append(Result(
+                config=t.config, metrics=dict(t.last_result), path=path, error=err, checkpoint=t.checkpoint,
+                best_checkpoints=list(t.checkpoints), status=str(t.status), trial_id=t.trial_id,
+                mlflow_run_id=t.mlflow_run_id, lineage=list(t.lineage), stop_reason=t.stop_reason,
+                _history=list(t.results), _filesystem=storage_fs if remote_dir is not None else None,
+            ))
+        return cls(results, metric, mode, remote_dir or experiment_dir)
 
     def __len__(self) -> int:
         return len(self._results)

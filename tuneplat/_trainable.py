@@ -26,7 +26,6 @@ import inspect
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from typing import Any
 
 from ._checkpoint import Checkpoint
 
-__all__ = ["Trainable", "TrainableFunction", "for_run"]
+__all__ = ["Trainable", "TrainableFunction"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -271,7 +270,7 @@ class TrainableFunction:
 
     ``parameters`` (from ``tune.with_parameters``) go to ``setup(config,
     **parameters)``, as in Ray. Built by the :class:`tuneplat.Tuner`; the
-    checkpoint policy is set by :func:`for_run`.
+    checkpoint policy is set by :func:`tuneplat.trainables._adapt.for_run`.
     """
 
     def __init__(self, cls: type[Trainable], *, checkpoint_frequency: int = 0, checkpoint_at_end: bool = False,
@@ -378,41 +377,3 @@ class TrainableFunction:
     def __repr__(self) -> str:
         return f"TrainableFunction({self.__qualname__})"
 
-
-def _may_pause(scheduler: Any) -> bool:
-    """Whether ``scheduler`` can answer PAUSE (or have PBT clone a trial's current state)."""
-    from .schedulers import ASHAScheduler, AsyncHyperBandScheduler, FIFOScheduler, MedianStoppingRule
-
-    if scheduler is None or isinstance(scheduler, (FIFOScheduler, ASHAScheduler, AsyncHyperBandScheduler)):
-        return False
-    if isinstance(scheduler, MedianStoppingRule):
-        return not scheduler.hard_stop
-    optuna_module = sys.modules.get("tuneplat.search.optuna")
-    pruner = getattr(optuna_module, "OptunaPrunerScheduler", None)
-    return not (pruner is not None and isinstance(scheduler, pruner))
-
-
-def for_run(fn: Any, tune_config: Any, run_config: Any) -> Any:
-    """For a :class:`TrainableFunction` (bare or inside ``with_parameters``): the experiment's checkpoint policy.
-
-    Returns the trainable with its checkpoint policy; any other trainable unchanged.
-    """
-    from ._wrappers import ParameterizedTrainable
-
-    inner = fn._fn if isinstance(fn, ParameterizedTrainable) else fn
-    if not isinstance(inner, TrainableFunction):
-        return fn
-    user_stop = run_config.stop
-    cc = run_config.checkpoint_config
-    stop_at: dict[str, float] = {}
-    if isinstance(user_stop, Mapping):
-        stop_at.update(user_stop)
-    scheduler = tune_config.scheduler
-    max_t, time_attr = getattr(scheduler, "max_t", None), getattr(scheduler, "time_attr", None)
-    if isinstance(time_attr, str) and isinstance(max_t, (int, float)) and not isinstance(max_t, bool):
-        stop_at[time_attr] = min(stop_at.get(time_attr, max_t), max_t)
-    configured = TrainableFunction(
-        inner.cls, checkpoint_frequency=int(cc.checkpoint_frequency or 0),
-        checkpoint_at_end=bool(cc.checkpoint_at_end), checkpoint_every_step=_may_pause(scheduler), stop_at=stop_at,
-    )
-    return fn._copy(_fn=configured) if isinstance(fn, ParameterizedTrainable) else configured

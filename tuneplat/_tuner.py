@@ -10,10 +10,9 @@ from typing import Any
 
 from ._compat import reporter_callbacks
 from ._config import RunConfig, ScalingConfig, ScalingSpace, TuneConfig
-from ._function import report_returns
 from ._mainguard import check_main_guard
 from ._restore import TunerStateError, load_trials, load_tuner_state, prepare_resume, restore_problem, save_tuner_state
-from ._result import Result, ResultGrid, TrialError
+from ._result import ResultGrid
 from ._storage import (
     CheckpointStore,
     ExperimentSync,
@@ -27,8 +26,6 @@ from ._storage import (
     resolve_storage_path,
     rjoin,
 )
-from ._trainable import Trainable, TrainableFunction, for_run
-from ._trial import Trial, TrialStatus
 from ._user_callbacks import adapt_callbacks
 from ._wrappers import resources_of, trial_resources_of
 from .air.integrations.mlflow import mirror_config, target_callbacks
@@ -38,7 +35,7 @@ from .execution._executor import TrialExecutor
 from .logger import default_file_loggers
 from .search._space import validate_space
 from .tracking import make_callbacks
-from .train._trainer import DataParallelTrainer, _with_loop_config
+from .trainables._adapt import ConvertibleTrainer, for_run, function_of
 
 __all__ = ["Tuner"]
 
@@ -133,6 +130,7 @@ class Tuner:
         self.run_config = run_config or RunConfig()
         self.param_space = dict(param_space or {})
         self.scaling_config = scaling_config
+        parts = trainable.as_trainable() if isinstance(trainable, ConvertibleTrainer) else None
         self._trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = trial_resources_of(trainable)
         space_sc = self.param_space.get("scaling_config")
         if isinstance(space_sc, ScalingConfig) and space_sc.has_search_domains():
@@ -146,29 +144,19 @@ class Tuner:
         elif isinstance(self.param_space.get("scaling_config"), ScalingConfig):
             # Ray Train's Tuner guide: param_space={"scaling_config": ScalingConfig(...), "train_loop_config": ...}
             self.scaling_config = scaling_config = self.param_space.pop("scaling_config")
-        elif "scaling_config" in self.param_space and isinstance(trainable, DataParallelTrainer):
+        elif "scaling_config" in self.param_space and parts is not None:
             raise TypeError(f"param_space['scaling_config'] is {self.param_space['scaling_config']!r}; it must be "
                             "a ScalingConfig(...) (the same for every trial).")
-        if isinstance(trainable, DataParallelTrainer):
+        if parts is not None:  # a trainer (TorchTrainer): it converted itself
             _check_trainer_space(trainable, self.param_space)
-            self.scaling_config = scaling_config or trainable.scaling_config
-            base = dict(trainable.train_loop_config or {})
+            self.scaling_config = scaling_config or parts.scaling_config
             loop_space = self.param_space.get("train_loop_config", {})
-            self.param_space["train_loop_config"] = {**base, **loop_space}
-            if trainable.run_config is not None and run_config is None:
-                self.run_config = trainable.run_config
-            fn = _with_loop_config(trainable.train_loop_per_worker, trainable.torch_config)
-        elif isinstance(trainable, type) and issubclass(trainable, Trainable):
-            fn = TrainableFunction(trainable)
-        elif isinstance(trainable, type):
-            raise TypeError(f"The trainable is the class {trainable.__name__}, which does not subclass tune.Trainable; "
-                            "tuneplat runs function trainables fn(config) that call tune.report(...) and "
-                            "tune.Trainable subclasses (setup/step/save_checkpoint/load_checkpoint): derive it from "
-                            "tune.Trainable (see docs/porting-from-ray.md).")
-        elif callable(trainable):
-            fn = report_returns(trainable)  # a returned/yielded dict or number is a result, as in Ray
+            self.param_space["train_loop_config"] = {**parts.train_loop_config, **loop_space}
+            if parts.run_config is not None and run_config is None:
+                self.run_config = parts.run_config
+            fn = parts.fn
         else:
-            raise TypeError(f"trainable must be a function fn(config) or a TorchTrainer, got {type(trainable).__name__}")
+            fn = function_of(trainable)
         resources = resources_of(trainable)
         if self._trial_resources is not None and scaling_config is not None and not isinstance(space_sc, ScalingSpace):
             raise ValueError("The trainable has resources from tune.with_resources() and the Tuner got "
@@ -190,7 +178,7 @@ class Tuner:
         fn = for_run(fn, self.tune_config, self.run_config)  # a Trainable class: its checkpoint policy
         _check_picklable(fn)
         self.trainable = fn
-        self.trainable_name = _trainable_name(getattr(trainable, "train_loop_per_worker", trainable))
+        self.trainable_name = _trainable_name(parts.fn if parts is not None else trainable)
         self.client = client
         self._executor = executor
         self._raw_trainable = trainable
@@ -270,8 +258,8 @@ class Tuner:
             try:
                 loop.run()
             finally:
-                self._results = result_grid(loop.trials, loop.metric, loop.mode, self.experiment_dir,
-                                            self._storage_fs, self._remote_dir)
+                self._results = ResultGrid.from_trials(loop.trials, loop.metric, loop.mode, self.experiment_dir,
+                                                       self._storage_fs, self._remote_dir)
         if loop.fail_fast_error and self.run_config.failure_config.fail_fast == "raise":  # type: ignore[union-attr]
             raise TuneError(loop.fail_fast_error)
         return self._results
@@ -304,8 +292,8 @@ class Tuner:
         if self._results is None:
 
             trials, meta = load_trials(self.experiment_dir, self._storage_fs, trusted=True)  # our own, or restored
-            self._results = result_grid(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
-                                         self._storage_fs, self._remote_dir)
+            self._results = ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), self.experiment_dir,
+                                                  self._storage_fs, self._remote_dir)
         return self._results
 
     @classmethod
@@ -384,19 +372,3 @@ class Tuner:
 def _scaling_of_trial(config: Mapping[str, Any]) -> ScalingConfig:
     """A trial's ScalingConfig from its resolved ``config['scaling_config']`` (a ScalingConfig with domains)."""
     return ScalingConfig.from_trial_config(config.get("scaling_config"))
-
-
-def result_grid(trials: list[Trial], metric: Any, mode: Any, experiment_dir: str, storage_fs: Any = None,
-                 remote_dir: str | None = None) -> ResultGrid:
-    results = []
-    for t in trials:
-        err = (TrialError(t.error or "unknown error", t.error_traceback, t.trial_id)
-               if t.status == TrialStatus.ERROR else None)
-        path = t.path if remote_dir is None else rjoin(remote_dir, os.path.basename(t.path))
-        results.append(Result(
-            config=t.config, metrics=dict(t.last_result), path=path, error=err, checkpoint=t.checkpoint,
-            best_checkpoints=list(t.checkpoints), status=str(t.status), trial_id=t.trial_id,
-            mlflow_run_id=t.mlflow_run_id, lineage=list(t.lineage), stop_reason=t.stop_reason,
-            _history=list(t.results), _filesystem=storage_fs if remote_dir is not None else None,
-        ))
-    return ResultGrid(results, metric, mode, remote_dir or experiment_dir)

@@ -86,14 +86,14 @@ class ParameterizedTrainable:
 
 def _unwrap(trainable: Any, where: str) -> tuple[Callable[..., Any], ParameterizedTrainable | None]:
     from ._trainable import Trainable, TrainableFunction
-    from .train._trainer import TorchTrainer
+    from .trainables._base import ConvertibleTrainer
 
     if isinstance(trainable, ParameterizedTrainable):
         return trainable._fn, trainable
     if isinstance(trainable, type) and issubclass(trainable, Trainable):
         return TrainableFunction(trainable), None  # parameters go to setup(config, **parameters), as in Ray
-    if isinstance(trainable, TorchTrainer):
-        raise TypeError(f"{where} wraps a function trainable; a TorchTrainer takes its data through "
+    if isinstance(trainable, ConvertibleTrainer):
+        raise TypeError(f"{where} wraps a function trainable; a {type(trainable).__name__} takes its data through "
                         "train_loop_config (or load it inside train_loop_per_worker) and its resources through "
                         "ScalingConfig(num_workers=..., resources_per_worker=...).")
     if isinstance(trainable, type):

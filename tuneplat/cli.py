@@ -588,7 +588,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     from ._journal import JournalError
     from ._restore import load_trials
-    from ._tuner import Tuner, result_grid
+    from ._result import ResultGrid
+    from ._tuner import Tuner
 
     path, fs, url = _fetch_remote(experiment_dir)
     if not Tuner.can_restore(path):
@@ -602,7 +603,7 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     meta = dict(meta)
     meta["status"] = "running" if _is_running(path) else (_experiment_end_status(path) or "crashed (resumable)")
     meta["path"] = url or path
-    return result_grid(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
+    return ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
 
 
 def _trial_json(r: Any) -> dict[str, Any]:

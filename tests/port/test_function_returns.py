@@ -6,9 +6,10 @@ import port_returning_trainables as R
 import pytest
 
 import tuneplat as tune
-from tuneplat._function import ReportsReturn, report_returns
+from tuneplat._function import ReportsReturn
 from tuneplat._trainable import TrainableFunction
 from tuneplat.train import RunConfig
+from tuneplat.trainables._adapt import report_returns
 
 
 def _fit(trainable, space, storage, client, **tc):

@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._journal import JournalError, read_journal
 from ..search._space import flatten_dict
@@ -24,6 +24,18 @@ if TYPE_CHECKING:
     from .._result import ResultGrid
 
 __all__ = ["Experiment", "Mark", "PlotError", "TrialRecord", "load_experiment"]
+
+
+@runtime_checkable
+class _Grid(Protocol):
+    """What the plots read of a :class:`tuneplat.ResultGrid` (the results package is above this one)."""
+
+    experiment_path: str | None
+
+    def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
+                        filter_nan_and_inf: bool = True) -> Any: ...
+
+    def __iter__(self) -> Any: ...
 
 #: what a mark on a learning curve means
 STOPPED, BUDGET, PAUSED, CLONED, ERRORED = "stopped", "budget", "paused", "cloned", "error"
@@ -273,18 +285,16 @@ def load_experiment(source: Any) -> Experiment:
         >>> exp = load_experiment("./tuneplat_results/digits-asha")  # doctest: +SKIP
         >>> len(exp.trials)  # doctest: +SKIP
     """
-    from .._result import ResultGrid
-
     if isinstance(source, Experiment):
         return source
-    if isinstance(source, ResultGrid):
+    if isinstance(source, _Grid):
         path = source.experiment_path
         if path:
             fs = next((r.filesystem for r in source if r.filesystem is not None), None)
             local = _local_folder(path, missing_ok=True, fs=fs)
             if local is not None:
                 return _from_journal(local, display=path)
-        return _from_grid(source)
+        return _from_grid(source)  # type: ignore[arg-type]
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         local = _local_folder(path, missing_ok=False)

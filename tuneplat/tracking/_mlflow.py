@@ -784,9 +784,9 @@ class _UploaderProcess:
     """The tuner's handle on one uploader process; it serves one :class:`_Session` at a time."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        import tuneplat
-
-        root = os.path.dirname(os.path.dirname(os.path.abspath(tuneplat.__file__)))
+        root = os.path.abspath(__file__)
+        for _ in range(__name__.count(".") + 1):  # up to the folder holding the tuneplat package
+            root = os.path.dirname(root)
         full = dict(env, PYTHONPATH=os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p))
         self.env = env
         self.owner = os.getpid()
@@ -1329,9 +1329,9 @@ class MLflowCallback(Callback):
     def _best(self, ctrl: Any) -> Any:
         if not isinstance(ctrl.metric, str) or ctrl.mode not in ("min", "max"):
             return None
-        from .._tuner import result_grid
+        from .._result import ResultGrid
 
-        grid = result_grid(ctrl.trials, ctrl.metric, ctrl.mode, ctrl.experiment_dir)
+        grid = ResultGrid.from_trials(ctrl.trials, ctrl.metric, ctrl.mode, ctrl.experiment_dir)
         try:
             best = grid.get_best_result()
         except ValueError:

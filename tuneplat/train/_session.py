@@ -339,7 +339,7 @@ def _keyword_report(metrics: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     import warnings
 
     if metrics is not None and not isinstance(metrics, dict):
-        from .._function import DEFAULT_METRIC
+        from ..result import DEFAULT_METRIC
 
         if isinstance(metrics, bool) or not isinstance(metrics, (int, float)):
             raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r}")

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._config import RunConfig, ScalingConfig
+from ..trainables._base import ConvertibleTrainer, TrainerParts
 
 __all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
 
@@ -34,7 +35,7 @@ def _with_loop_config(fn: Callable[..., Any], torch_config: Any = None) -> Calla
 _TRAINER_FILE = "trainer.pkl"
 
 
-class DataParallelTrainer:
+class DataParallelTrainer(ConvertibleTrainer):
     """Runs ``train_loop_per_worker(config)`` on ``scaling_config.num_workers`` ranks (``ray.train.DataParallelTrainer``).
 
     With more than one rank the ranks join a torch.distributed process group
@@ -74,6 +75,13 @@ class DataParallelTrainer:
                             f"got {type(torch_config).__name__}")
         self.torch_config = torch_config
         self._restore_path: str | None = None
+
+    def as_trainable(self) -> TrainerParts:
+        """This trainer as the function each rank runs, with its config, resources and run config."""
+        return TrainerParts(
+            fn=_with_loop_config(self.train_loop_per_worker, self.torch_config),
+            train_loop_config=dict(self.train_loop_config or {}), scaling_config=self.scaling_config,
+            run_config=self.run_config)
 
     def fit(self) -> Any:
         """Run once (or continue the run :meth:`restore` found); return its :class:`tuneplat.Result`.
