@@ -71,9 +71,6 @@ from ..execution._executor import (
 from ..search._searcher import BasicVariantGenerator, Searcher
 from ._stop import MetricCheck, StopRules
 
-#: system metrics reach the journal at most this often per trial (every sample goes to the callbacks/MLflow)
-SYSTEM_METRICS_JOURNAL_S = env_seconds("TUNEPLAT_SYSTEM_METRICS_JOURNAL_S", 60)
-
 logger = logging.getLogger("tuneplat")
 
 __all__ = ["TuneError", "TuneLoop"]
@@ -164,6 +161,8 @@ class TuneLoop:
         self.stop_grace_s = env_seconds("TUNEPLAT_STOP_GRACE_S", 5)  # a stopped trial that does not report
         self.journal: Journal | None = None
         self._stats_journaled: dict[str, float] = {}  # trial id -> when its system metrics were last journaled
+        # system metrics reach the journal at most this often per trial (every sample goes to the callbacks/MLflow)
+        self._stats_journal_s = env_seconds("TUNEPLAT_SYSTEM_METRICS_JOURNAL_S", 60)
         self._looping = False
 
     # ------------------------------------------------------------------ setup
@@ -370,7 +369,7 @@ class TuneLoop:
                 except Exception:  # noqa: BLE001 - observability must never end an experiment
                     logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
         last = self._stats_journaled.get(event.trial_id, 0.0)
-        if event.timestamp - last >= SYSTEM_METRICS_JOURNAL_S:
+        if event.timestamp - last >= self._stats_journal_s:
             self._stats_journaled[event.trial_id] = event.timestamp
             assert self.journal is not None
             self.journal.append({"event": "system_metrics", "trial_id": event.trial_id, "timestamp": event.timestamp,

@@ -164,3 +164,38 @@ def request_stacks(experiment_dir: str, trial_id: str | None, timeout: float) ->
             os.rmdir(folder)
         except OSError:
             pass
+
+
+WORKER_COLUMNS = ["trial", "rank", "host", "pid", "device", "state", "since_report_s", "steps/s", "samples/s",
+                  "data_wait", "cpu%", "rss_mb", "gpu%", "gpu_mb"]
+
+
+def _num(value: Any, fmt: str) -> str:
+    return format(value, fmt) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def worker_rows(doc: dict[str, Any], now: float | None = None, finished: bool = True) -> list[list[str]]:
+    """``workers.json`` as table rows (:data:`WORKER_COLUMNS`): running trials first, then finished ones."""
+    now = time.time() if now is None else now
+    out: list[list[str]] = []
+    groups = [(rows, True) for rows in (doc.get("running") or {}).values()]
+    if finished:
+        groups += [(rows, False) for rows in (doc.get("finished") or {}).values()]
+    for rows, running in groups:
+        for row in rows:
+            system = row.get("system") or {}
+            gpu_util = [v for k, v in system.items() if k.endswith("_utilization_percentage") and k.startswith("gpu")]
+            gpu_mem = [v for k, v in system.items() if k.endswith("_memory_usage_megabytes") and k.startswith("gpu")]
+            last = row.get("last_report_at")
+            since = (now - last) if running and isinstance(last, (int, float)) else None
+            wait = row.get("data_wait_fraction")
+            out.append([
+                str(row.get("trial_id", "")), str(row.get("rank", "")), str(row.get("host") or "-"),
+                str(row.get("pid") or "-"), str(row.get("device") or "-"), str(row.get("state") or "-"),
+                _num(since, ".1f"), _num(row.get("steps_per_s"), ".2f"), _num(row.get("samples_per_s"), ".1f"),
+                f"{wait * 100:.0f}%" if isinstance(wait, (int, float)) else "-",
+                _num(system.get("cpu_utilization_percentage"), ".0f"),
+                _num(system.get("process_memory_rss_megabytes"), ".0f"),
+                "/".join(f"{v:.0f}" for v in gpu_util) or "-", "/".join(f"{v:.0f}" for v in gpu_mem) or "-",
+            ])
+    return out
