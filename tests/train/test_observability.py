@@ -124,3 +124,43 @@ def test_tuneplat_stacks_prints_the_stacks_of_a_running_trial(dask_client, stora
     assert any(e["event"] == "stacks" and e["reason"] == "requested" for e in _journal(exp))
     code, text = _cli("stacks", exp)
     assert code != 0  # not running any more
+
+
+_CHILD = """
+import sys, threading, time
+from tuneplat.execution import _stacks
+
+def stuck_in_child(ready):
+    _stacks.arm("t1", 0, sys.argv[1])
+    ready.set()
+    while True:
+        time.sleep(0.05)  # CHILD-LINE
+
+ready = threading.Event()
+threading.Thread(target=stuck_in_child, args=(ready,), daemon=True).start()
+ready.wait()
+print("armed", flush=True)
+time.sleep(120)
+"""
+
+
+def test_faulthandler_signal_reads_a_rank_on_this_host(tmp_path):
+    """The fallback when the worker does not answer: SIGUSR2 and faulthandler's file in the trial folder."""
+    import subprocess
+    import sys
+
+    from tuneplat.execution import _stacks
+
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "armed"
+        got = _stacks._via_signal(proc.pid, str(tmp_path), 0, 5.0)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert got is not None and got["how"].startswith("faulthandler")
+    line = next(i for i, text in enumerate(_CHILD.splitlines(), 1) if "CHILD-LINE" in text)
+    assert got["where"] == f"stuck_in_child ({script}:{line})", got["text"]

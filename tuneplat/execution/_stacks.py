@@ -81,8 +81,11 @@ def disarm(trial_id: str, rank: int) -> None:
     if f is None:
         return
     try:
-        if _SIGNAL is not None and not _ARMED:
-            faulthandler.unregister(_SIGNAL)
+        if _SIGNAL is not None:
+            if _ARMED:  # another rank of this process is still armed: the signal writes to its file now
+                faulthandler.register(_SIGNAL, file=next(iter(_ARMED.values())), all_threads=True, chain=False)
+            else:
+                faulthandler.unregister(_SIGNAL)
         f.close()
         os.unlink(f.name)
     except (OSError, RuntimeError, ValueError):

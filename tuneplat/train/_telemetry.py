@@ -93,6 +93,7 @@ class RankMonitor:
         self.reports = 0
         self.samples = 0
         self.data_wait_s = 0.0  # time spent waiting for the next batch
+        self.wait_known = False  # some step said how long it waited for its data
         self.last_report_at: float | None = None
         self._lock = threading.Lock()
         self._prev: tuple[float, int, int, float] | None = None  # (time, steps, samples, data wait) at the last snapshot
@@ -110,10 +111,13 @@ class RankMonitor:
         if isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0:
             self.samples += int(n)
 
-    def on_batch(self, samples: int, waited_s: float) -> None:
+    def on_batch(self, samples: int, waited_s: float | None = None) -> None:
+        """One training step of ``samples`` samples; ``waited_s``: time spent waiting for its data, if known."""
         self.loader_steps += 1
         self.samples += samples
-        self.data_wait_s += waited_s
+        if waited_s is not None:
+            self.wait_known = True
+            self.data_wait_s += waited_s
 
     # ------------------------------------------------------------------ read by the heartbeat thread
     def _sample_system(self, now: float) -> None:
@@ -150,10 +154,10 @@ class RankMonitor:
             out["steps_per_s"] = (steps - prev[1]) / dt
             if self.samples:
                 out["samples_per_s"] = (self.samples - prev[2]) / dt
-            if self.loader_steps:
+            if self.wait_known:
                 waited = self.data_wait_s - prev[3]
                 out["data_wait_fraction"] = min(1.0, max(0.0, waited / dt))
-        if self.loader_steps:
+        if self.wait_known:
             out["data_wait_s"] = self.data_wait_s
         if self._system:
             out["system"] = dict(self._system)
@@ -168,7 +172,7 @@ def _monitor() -> RankMonitor | None:
     return getattr(session, "monitor", None) if session is not None else None
 
 
-def count_samples(n: int, waited_s: float = 0.0) -> None:
+def count_samples(n: int, waited_s: float | None = None) -> None:
     """Count a batch of ``n`` samples (and the time spent waiting for it) for this rank's throughput.
 
     Called by :func:`tuneplat.train.torch.prepare_data_loader`'s loader for
@@ -183,4 +187,5 @@ def note_data_wait(seconds: float) -> None:
     """Add time this rank spent waiting for data without drawing a batch. A no-op outside a trial."""
     m = _monitor()
     if m is not None:
+        m.wait_known = True
         m.data_wait_s += seconds

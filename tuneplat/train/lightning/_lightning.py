@@ -110,6 +110,14 @@ def _scalar(value: Any) -> Any:
 class _ReportMixin:
     CHECKPOINT_NAME = "checkpoint.ckpt"
 
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Count the step for the rank's steps/s and samples/s (``tuneplat status --workers``)."""
+        session = _sessions.current_session()
+        if session is not None:
+            from ..torch import _batch_len
+
+            session.monitor.on_batch(_batch_len(batch))
+
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """Save a checkpoint and report it with the epoch's metrics (every rank: a collective)."""
         metrics = {k: _scalar(v) for k, v in trainer.callback_metrics.items()}
