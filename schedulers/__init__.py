@@ -13,6 +13,8 @@ from ._base import Decision, Launch, Resume, Stop, TrialScheduler, UnknownTrialE
 from ._fifo import FIFOScheduler
 from ._hyperband import HyperBandScheduler
 from ._median import MedianStoppingRule
+from ._pareto import crowding_distance, eps_net_order, mo_rank, nondominated_fronts
+from ._pasha import PASHAScheduler
 from ._pbt import PopulationBasedTraining
 
 __all__ = [
@@ -24,12 +26,17 @@ __all__ = [
     "HyperBandScheduler",
     "Launch",
     "MedianStoppingRule",
+    "PASHAScheduler",
     "PopulationBasedTraining",
     "Resume",
     "Stop",
     "TrialPhase",
     "TrialScheduler",
     "UnknownTrialError",
+    "crowding_distance",
+    "eps_net_order",
+    "mo_rank",
+    "nondominated_fronts",
     "plan_action",
     "score",
 ]

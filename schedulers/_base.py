@@ -143,22 +143,53 @@ class TrialScheduler:
     #: Name used in logs, journals and MLflow tags.
     name: str = "scheduler"
 
-    def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
-        validate_mode(mode)
-        self.metric = metric
-        self.mode = mode
+    def __init__(self, metric: str | list[str] | None = None, mode: str | list[str] | None = None) -> None:
+        self._validate_objective(metric, mode)
+        self.metric: Any = list(metric) if isinstance(metric, (list, tuple)) else metric
+        self.mode: Any = list(mode) if isinstance(mode, (list, tuple)) else mode
         self._actions: list[Resume | Launch | Stop] = []
         self._known_trials: set[str] = set()
         self._stop_reasons: dict[str, str] = {}
 
     # -- configuration -------------------------------------------------
-    def set_objective(self, metric: str | None, mode: str | None) -> None:
+    def supports_multi_objective(self) -> bool:
+        """Whether ``metric``/``mode`` may be lists (several objectives); False unless a scheduler says so."""
+        return False
+
+    @property
+    def multi_objective(self) -> bool:
+        """True when the scheduler decides on several objectives (``metric`` is a list)."""
+        return isinstance(self.metric, list)
+
+    def _validate_objective(self, metric: Any, mode: Any) -> None:
+        if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
+            if not self.supports_multi_objective():
+                raise ValueError(
+                    f"{type(self).__name__} decides on one metric, got metric={metric!r}, mode={mode!r}: pass one "
+                    "metric and one mode (ASHAScheduler and HyperBandScheduler take lists).")
+            if not (isinstance(metric, (list, tuple)) and metric and all(isinstance(m, str) for m in metric)):
+                raise ValueError(f"The value of `metric` is {metric!r}, but must be a non-empty list of metric "
+                                 "names when `mode` is a list.")
+            if len(set(metric)) != len(metric):
+                raise ValueError(f"The value of `metric` is {metric!r}, but must name each metric once.")
+            if mode is not None:
+                if not isinstance(mode, (list, tuple)) or len(mode) != len(metric):
+                    raise ValueError(f"The value of `mode` is {mode!r}, but must be a list of 'min'/'max' as long "
+                                     f"as metric={list(metric)!r}.")
+                for i, m in enumerate(mode):
+                    validate_mode(m, f"mode[{i}]")
+            return
+        validate_mode(mode)
+
+    def set_objective(self, metric: str | list[str] | None, mode: str | list[str] | None) -> None:
         """Adopt the experiment's metric/mode unless set at construction.
 
         Raises:
             ValueError: when both are set and disagree, or none is set.
         """
-        validate_mode(mode)
+        self._validate_objective(metric, mode)
+        metric = list(metric) if isinstance(metric, tuple) else metric
+        mode = list(mode) if isinstance(mode, tuple) else mode
         if self.metric is not None and metric is not None and metric != self.metric:
             raise ValueError(
                 f"{type(self).__name__} was built with metric={self.metric!r} but the "
@@ -171,6 +202,11 @@ class TrialScheduler:
             )
         self.metric = self.metric or metric
         self.mode = self.mode or mode
+        if self.metric is not None and self.mode is not None:
+            self._validate_objective(self.metric, self.mode)
+            if isinstance(self.metric, list) != isinstance(self.mode, list):
+                raise ValueError(f"{type(self).__name__} has metric={self.metric!r} and mode={self.mode!r}: give "
+                                 "one mode per metric (both lists, or both single values).")
         if self.requires_objective() and (self.metric is None or self.mode is None):
             raise ValueError(
                 f"{type(self).__name__} needs a metric and a mode: pass them to the "
@@ -243,3 +279,10 @@ class TrialScheduler:
     def _score(self, result: Mapping[str, Any]) -> float:
         assert self.metric is not None and self.mode is not None  # set_objective ran
         return score(result, self.metric, self.mode)
+
+    def _scores(self, result: Mapping[str, Any]) -> tuple[float, ...]:
+        """The result's objectives, each normalised so that lower is better (one for a single metric)."""
+        assert self.metric is not None and self.mode is not None  # set_objective ran
+        if isinstance(self.metric, list):
+            return tuple(score(result, m, d) for m, d in zip(self.metric, self.mode))
+        return (score(result, self.metric, self.mode),)

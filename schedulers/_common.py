@@ -53,8 +53,11 @@ def lower_quantile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + fraction * (ordered[high] - ordered[low])
 
 
-def display(score_value: float, mode: str | None) -> str:
-    """A score turned back into the user's metric value, formatted for messages."""
+def display(score_value: float | Sequence[float], mode: str | Sequence[str] | None) -> str:
+    """A score (or a tuple of scores, several objectives) turned back into the user's values, for messages."""
+    if not isinstance(score_value, (int, float)):
+        modes = list(mode) if isinstance(mode, (list, tuple)) else [mode] * len(score_value)
+        return "(" + ", ".join(display(v, m) for v, m in zip(score_value, modes)) + ")"
     if not math.isfinite(score_value):
         return "non-finite"
     value = score_value if mode == "min" else -score_value

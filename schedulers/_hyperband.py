@@ -10,6 +10,7 @@ from typing import Any
 
 from ._base import Decision, Resume, Stop, TrialScheduler, require_argument
 from ._common import display, is_number, result_time
+from ._pareto import TIEBREAKS, mo_rank
 
 __all__ = ["HyperBandScheduler"]
 
@@ -24,7 +25,7 @@ class _Bracket:
     budgets: list[float]
     members: list[str] = field(default_factory=list)
     live: set[str] = field(default_factory=set)
-    waiting: dict[str, float] = field(default_factory=dict)
+    waiting: dict[str, Any] = field(default_factory=dict)
     round: int = 0
     closed: bool = False
 
@@ -74,6 +75,10 @@ class HyperBandScheduler(TrialScheduler):
         max_t: Largest budget per trial, also the last rung of every bracket.
         reduction_factor: η (``>= 2``).
         stop_last_trials: Stop trials at ``max_t``.
+        mo_tiebreak: With several objectives (``metric=[...]``, ``mode=[...]``)
+            a round ranks its trials by non-dominated sorting, then within a
+            front by ``"crowding"`` distance or ``"epsnet"`` order (see
+            :class:`~schedulers.ASHAScheduler`); ties by order of addition.
 
     Example:
         >>> [(b["s"], b["n"], b["r"]) for b in HyperBandScheduler(max_t=9).bracket_table()]
@@ -85,13 +90,17 @@ class HyperBandScheduler(TrialScheduler):
     def __init__(
         self,
         time_attr: str = "training_iteration",
-        metric: str | None = None,
-        mode: str | None = None,
+        metric: str | list[str] | None = None,
+        mode: str | list[str] | None = None,
         max_t: float = 81,
         reduction_factor: float = 3,
         stop_last_trials: bool = True,
+        mo_tiebreak: str = "crowding",
     ) -> None:
         super().__init__(metric, mode)
+        require_argument(mo_tiebreak in TIEBREAKS, "mo_tiebreak", mo_tiebreak,
+                         f"mo_tiebreak in {list(TIEBREAKS)}")
+        self.mo_tiebreak = mo_tiebreak
         require_argument(isinstance(time_attr, str) and bool(time_attr), "time_attr", time_attr,
                          "time_attr is a non-empty str")
         require_argument(is_number(max_t) and max_t > 0, "max_t", max_t, "max_t > 0")
@@ -118,6 +127,9 @@ class HyperBandScheduler(TrialScheduler):
         self._done: set[str] = set()
         self._search_finished = False
 
+    def supports_multi_objective(self) -> bool:
+        return True
+
     def bracket_table(self) -> list[dict[str, Any]]:
         """The paper's table: per bracket ``s`` (largest first) ``n``, ``r`` and
         ``rounds`` = ``[(n_i, r_i), ...]`` with ``n_i = floor(n η^-i)``, ``r_i = r η^i``."""
@@ -129,13 +141,16 @@ class HyperBandScheduler(TrialScheduler):
         return bracket.index, bracket.s
 
     def describe(self) -> dict[str, Any]:
-        return {
+        info = {
             **super().describe(),
             "time_attr": self.time_attr,
             "max_t": self.max_t,
             "reduction_factor": self.reduction_factor,
             "stop_last_trials": self.stop_last_trials,
         }
+        if self.multi_objective:
+            info["mo_tiebreak"] = self.mo_tiebreak
+        return info
 
     # -- events -------------------------------------------------------
     def on_trial_add(self, trial_id: str, config: Mapping[str, Any]) -> None:
@@ -175,7 +190,7 @@ class HyperBandScheduler(TrialScheduler):
                     f"stopped by HyperBand: reached max_t={self.max_t:g} ({self.time_attr}={time:g})",
                 )
             return Decision.CONTINUE
-        bracket.waiting[trial_id] = self._score(result)
+        bracket.waiting[trial_id] = self._scores(result) if self.multi_objective else self._score(result)
         verdict = self._advance(bracket, current=trial_id)
         return Decision.PAUSE if verdict is None else verdict
 
@@ -207,7 +222,11 @@ class HyperBandScheduler(TrialScheduler):
         if not bracket.ready():
             return None
         order = {t: i for i, t in enumerate(bracket.members)}
-        ranked = sorted(bracket.waiting.items(), key=lambda item: (item[1], order[item[0]]))
+        if self.multi_objective:
+            items = sorted(bracket.waiting.items(), key=lambda item: order[item[0]])
+            ranked = [items[i] for i in mo_rank([v for _, v in items], self.mo_tiebreak)]
+        else:
+            ranked = sorted(bracket.waiting.items(), key=lambda item: (item[1], order[item[0]]))
         keep = max(1, int(len(ranked) / self.reduction_factor))
         milestone = bracket.milestone
         level = bracket.round

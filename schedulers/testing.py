@@ -155,8 +155,8 @@ def simulate(
     configs: Mapping[str, Mapping[str, Any]] | None = None,
     max_concurrent: int = 2,
     max_t: int = 100,
-    metric: str = "loss",
-    mode: str = "min",
+    metric: str | list[str] = "loss",
+    mode: str | list[str] = "min",
     curve_for_config: Callable[[Mapping[str, Any]], Curve] | None = None,
     max_ticks: int = 1_000_000,
 ) -> SimulationResult:
@@ -193,6 +193,10 @@ def simulate(
         raise ValueError(f"The value of `max_concurrent` is {max_concurrent!r}, but must be "
                          "`max_concurrent >= 1`.")
     scheduler.set_objective(metric, mode)
+    metrics = list(metric) if isinstance(metric, (list, tuple)) else [metric]
+    first_metric = metrics[0]
+    modes = list(mode) if isinstance(mode, (list, tuple)) else [mode]
+    metric_name, mode = first_metric, modes[0]  # the best value is tracked on the first objective
     trials: dict[str, _SimTrial] = {}
     if isinstance(curves, Mapping):
         for trial_id, curve in curves.items():
@@ -291,8 +295,12 @@ def simulate(
                 "time_total_s": float(trial.step),
                 "trial_id": trial_id,
             }
-            if value is not MISSING:
-                result[metric] = value
+            if isinstance(value, Mapping):  # several metrics at once (e.g. two objectives)
+                result.update(value)
+                value = value.get(first_metric, MISSING)
+            elif value is not MISSING:
+                for name in metrics:  # a plain value is reported for every metric
+                    result[name] = value
             trial.last_result = result
             number = _finite(value)
             if number is not None:
@@ -323,7 +331,7 @@ def simulate(
         best_trial=None if best is None else best[1],
         iterations={t.trial_id: t.iterations for t in trials.values()},
         steps={t.trial_id: t.step for t in trials.values()},
-        last_values={t.trial_id: (t.last_result or {}).get(metric) for t in trials.values()},
+        last_values={t.trial_id: (t.last_result or {}).get(metric_name) for t in trials.values()},
         configs={t.trial_id: t.config for t in trials.values()},
         decisions=log,
         stop_reasons={t: scheduler.stop_reason(t) for t in trials},
@@ -376,8 +384,8 @@ def poisoned_curves() -> dict[str, Curve]:
     }
 
 
-def check_deterministic(factory: Factory, *, max_t: int = 27, metric: str = "loss",
-                        mode: str = "min") -> None:
+def check_deterministic(factory: Factory, *, max_t: int = 27, metric: Any = "loss",
+                        mode: Any = "min") -> None:
     """Same seed + same events ⇒ same decisions and actions."""
     runs = [simulate(factory(), {**contract_curves(max_t), **poisoned_curves()},
                      max_concurrent=3, max_t=max_t, metric=metric, mode=mode)
@@ -388,19 +396,19 @@ def check_deterministic(factory: Factory, *, max_t: int = 27, metric: str = "los
         _fail("two runs with the same events gave different stop reasons")
 
 
-def check_stop_is_final(factory: Factory, *, max_t: int = 27, metric: str = "loss",
-                        mode: str = "min") -> None:
+def check_stop_is_final(factory: Factory, *, max_t: int = 27, metric: Any = "loss",
+                        mode: Any = "min") -> None:
     """A trial given STOP (decision or Stop action) gets STOP for any later result."""
     scheduler = factory()
     run = simulate(scheduler, contract_curves(max_t), max_concurrent=3, max_t=max_t,
                    metric=metric, mode=mode)
     stopped = {d[2]: d[3] for d in run.decisions if d[1] == "result" and d[4] == "STOP"}
     stopped.update({d[2]: run.steps[d[2]] for d in run.decisions if d[1] == "stop"})
-    good = 0.0 if mode == "min" else 1e9
+    good = 0.0 if _first(mode) == "min" else 1e9
     for trial_id, step in sorted(stopped.items()):
         for later in (step + 1, step + 100):
             decision = scheduler.on_trial_result(
-                trial_id, {metric: good, "training_iteration": later,
+                trial_id, {**_each(metric, good), "training_iteration": later,
                            "time_total_s": float(later), "trial_id": trial_id})
             if decision is not Decision.STOP:
                 _fail(f"trial {trial_id!r} was stopped, then got {decision} for a later result")
@@ -408,14 +416,14 @@ def check_stop_is_final(factory: Factory, *, max_t: int = 27, metric: str = "los
             _fail(f"trial {trial_id!r} was stopped without a stop_reason")
 
 
-def check_unknown_trial_rejected(factory: Factory, *, metric: str = "loss",
-                                 mode: str = "min") -> None:
+def check_unknown_trial_rejected(factory: Factory, *, metric: Any = "loss",
+                                 mode: Any = "min") -> None:
     """A result for a trial never added raises KeyError/ValueError naming the trial."""
     scheduler = factory()
     scheduler.set_objective(metric, mode)
     scheduler.on_trial_add("known", {})
     try:
-        scheduler.on_trial_result("ghost-trial", {metric: 1.0, "training_iteration": 1,
+        scheduler.on_trial_result("ghost-trial", {**_each(metric, 1.0), "training_iteration": 1,
                                                   "time_total_s": 1.0})
     except (KeyError, ValueError) as error:
         if "ghost-trial" not in str(error):
@@ -424,22 +432,34 @@ def check_unknown_trial_rejected(factory: Factory, *, metric: str = "loss",
     _fail("on_trial_result accepted a trial that was never added")
 
 
-def check_non_finite_metrics(factory: Factory, *, max_t: int = 27, metric: str = "loss",
-                             mode: str = "min") -> None:
+def check_non_finite_metrics(factory: Factory, *, max_t: int = 27, metric: Any = "loss",
+                             mode: Any = "min", full_budget: bool = True) -> None:
     """NaN/inf/None/str/missing metrics neither crash nor hurt the best trial.
 
-    The best trial (best at every step) must still reach ``max_t``; ``-inf``
-    must not count as a great loss.
+    The best trial (best at every step) must still reach ``max_t`` (with
+    ``full_budget=False``, for schedulers that choose the budget themselves
+    such as PASHA: at least as far as any other trial); ``-inf`` must not
+    count as a great loss.
     """
     curves = {**contract_curves(max_t), **poisoned_curves()}
-    if mode == "max":
+    if _first(mode) == "max":
         curves = {k: _negated(c) for k, c in curves.items()}
     run = simulate(factory(), curves, max_concurrent=3, max_t=max_t, metric=metric, mode=mode)
+    if not full_budget:
+        max_t = max(run.steps.values())
     if run.steps["best"] < max_t:
         _fail(f"the best trial was ended at step {run.steps['best']} < {max_t} among "
               f"non-finite trials (reason: {run.stop_reasons.get('best')})")
     if run.best_trial != "best":
         _fail(f"the best value came from {run.best_trial!r}, not 'best'")
+
+
+def _first(mode: Any) -> Any:
+    return mode[0] if isinstance(mode, (list, tuple)) else mode
+
+
+def _each(metric: Any, value: Any) -> dict[str, Any]:
+    return {m: value for m in (metric if isinstance(metric, (list, tuple)) else [metric])}
 
 
 def _negated(curve: Curve) -> Curve:
@@ -449,8 +469,9 @@ def _negated(curve: Curve) -> Curve:
     return negated
 
 
-def check_scheduler_contract(factory: Factory, *, max_t: int = 27, metric: str = "loss",
-                             mode: str = "min", check_unknown_trial: bool = True) -> None:
+def check_scheduler_contract(factory: Factory, *, max_t: int = 27, metric: Any = "loss",
+                             mode: Any = "min", check_unknown_trial: bool = True,
+                             full_budget: bool = True) -> None:
     """Run every contract check on schedulers built by ``factory`` (fixed seed).
 
     Raises:
@@ -458,7 +479,7 @@ def check_scheduler_contract(factory: Factory, *, max_t: int = 27, metric: str =
     """
     check_deterministic(factory, max_t=max_t, metric=metric, mode=mode)
     check_stop_is_final(factory, max_t=max_t, metric=metric, mode=mode)
-    check_non_finite_metrics(factory, max_t=max_t, metric=metric, mode=mode)
+    check_non_finite_metrics(factory, max_t=max_t, metric=metric, mode=mode, full_budget=full_budget)
     if check_unknown_trial:
         check_unknown_trial_rejected(factory, metric=metric, mode=mode)
 
@@ -469,21 +490,30 @@ class SchedulerContract:
 
     max_t: int = 27
     check_unknown_trial: bool = True
+    #: the objective(s) the scheduler is set to: a list checks a multi-objective scheduler
+    #: (every metric gets the curve's value, and each check runs with every mode the same)
+    metric: str | list[str] = "loss"
+    #: False for schedulers that choose the budget themselves (PASHA): the best trial must get as far as any
+    full_budget: bool = True
 
     def make_scheduler(self) -> TrialScheduler:
         raise NotImplementedError
 
+    def _modes(self, mode: str) -> Any:
+        return [mode] * len(self.metric) if isinstance(self.metric, list) else mode
+
     def test_contract_deterministic(self) -> None:
         for mode in ("min", "max"):
-            check_deterministic(self.make_scheduler, max_t=self.max_t, mode=mode)
+            check_deterministic(self.make_scheduler, max_t=self.max_t, metric=self.metric, mode=self._modes(mode))
 
     def test_contract_stop_is_final(self) -> None:
-        check_stop_is_final(self.make_scheduler, max_t=self.max_t)
+        check_stop_is_final(self.make_scheduler, max_t=self.max_t, metric=self.metric, mode=self._modes("min"))
 
     def test_contract_non_finite_metrics(self) -> None:
         for mode in ("min", "max"):
-            check_non_finite_metrics(self.make_scheduler, max_t=self.max_t, mode=mode)
+            check_non_finite_metrics(self.make_scheduler, max_t=self.max_t, metric=self.metric,
+                                     mode=self._modes(mode), full_budget=self.full_budget)
 
     def test_contract_unknown_trial(self) -> None:
         if self.check_unknown_trial:
-            check_unknown_trial_rejected(self.make_scheduler)
+            check_unknown_trial_rejected(self.make_scheduler, metric=self.metric, mode=self._modes("min"))

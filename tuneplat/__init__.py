@@ -13,16 +13,16 @@ from ._checkpoint import Checkpoint
 from ._compat import CLIReporter, JupyterNotebookReporter, ProgressReporter, SyncConfig
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
 from ._init import init, is_initialized, shutdown
-from ._journal import read_journal
 from ._result import Result, ResultGrid, TrialError
 from ._run import ExperimentAnalysis, run
 from ._trainable import Trainable
-from ._trial import TrialStatus
 from ._tuner import Tuner
 from ._user_callbacks import Callback
 from ._wrappers import PlacementGroupFactory, with_parameters, with_resources
 from .core import TuneError
-from .execution._cluster import PlacementError
+from .core._journal import read_journal
+from .core._trial import TrialStatus
+from .execution._errors import PlacementError
 from .search import (
     choice,
     grid_search,

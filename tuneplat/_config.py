@@ -42,7 +42,9 @@ class TuneConfig:
         search_alg: a :class:`tuneplat.search.Searcher`; default random + grid.
         scheduler: a scheduler from :mod:`tuneplat.schedulers`; default FIFO.
         num_samples: how many times the grid is repeated (random search), or how
-            many trials a searcher may suggest. -1 means until ``time_budget_s``.
+            many trials a searcher may suggest. -1 means "sample until stopped"
+            (Ray's meaning): until ``time_budget_s`` or a stopper's
+            ``stop_all()`` ends the experiment; one of them is required.
         max_concurrent_trials: upper bound on trials running at once (None: as
             many as the cluster fits).
         time_budget_s: stop starting trials and stop running ones after this.
@@ -65,14 +67,12 @@ class TuneConfig:
 
     def __post_init__(self) -> None:
         _check(isinstance(self.num_samples, int) and (self.num_samples >= 1 or self.num_samples == -1),
-               "TuneConfig.num_samples", self.num_samples, "an int >= 1 (or -1 for 'until the time budget')")
+               "TuneConfig.num_samples", self.num_samples, "an int >= 1 (or -1 for 'sample until stopped')")
         _check(self.max_concurrent_trials is None or (isinstance(self.max_concurrent_trials, int) and self.max_concurrent_trials >= 1),
                "TuneConfig.max_concurrent_trials", self.max_concurrent_trials, "None or an int >= 1")
         _check(self.time_budget_s is None or (isinstance(self.time_budget_s, (int, float)) and self.time_budget_s > 0),
                "TuneConfig.time_budget_s", self.time_budget_s, "None or a number of seconds > 0")
         _check_modes(self.metric, self.mode, "TuneConfig")
-        if self.num_samples == -1:
-            _check(self.time_budget_s is not None, "TuneConfig.num_samples", -1, "used with time_budget_s")
 
 
 @dataclass
@@ -186,7 +186,11 @@ class RunConfig:
             else any free port).
         progress_interval_s: how often the status table is printed.
         callbacks: :class:`tuneplat.Callback` instances (Ray's hooks).
-        progress_reporter: a :class:`tuneplat.CLIReporter`, accepted for Ray
+        log_to_file: Ray's capture of each trial's output into its trial folder:
+            True (files ``stdout`` and ``stderr``), a file name (both in one file),
+            or a pair ``(stdout_file, stderr_file)``. What the trial prints still
+            reaches the worker's own streams too.
+        progress_reporter: a :class:`tuneplat.CLIReporter` or :class:`tuneplat.ProgressReporter`, accepted for Ray
             compatibility: its ``max_report_frequency`` sets ``progress_interval_s``.
         sync_config: accepted for Ray compatibility (results are written to
             ``storage_path`` directly; nothing to sync).
@@ -206,7 +210,7 @@ class RunConfig:
     tuner_port: int | str | None = None
     progress_interval_s: float = 5.0
     callbacks: Sequence[Any] | None = None
-    log_to_file: bool = False
+    log_to_file: bool | str | tuple[str, str] = False
     progress_reporter: Any = None
     sync_config: Any = None
 

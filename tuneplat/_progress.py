@@ -30,11 +30,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from ._redact import redact, strip_credentials
 from ._settings import env_str
-from ._trial import Trial, TrialStatus
+from .core._trial import Trial, TrialStatus
 from .search._space import flatten_dict
 
-__all__ = ["ProgressReporter", "mlflow_ui_hint", "resume_hint"]
+__all__ = ["ProgressReporter", "mlflow_ui_hint", "resume_hint", "status_words"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -67,6 +68,13 @@ def _note(t: Trial) -> str:
     return t.stop_reason or ""
 
 
+def status_words(status: str, counts: Counter[str] | dict[str, int], total: int) -> str:
+    """How an experiment ended, in words: ``finished``, or ``finished with all 4 trials errored``."""
+    if status == "finished" and total and counts.get("ERROR", 0) == total:
+        return f"finished with all {total} trials errored"
+    return status
+
+
 def resume_hint(experiment_dir: str) -> str:
     """How to continue an interrupted experiment: the CLI's command for a folder ``tuneplat run`` started."""
     if os.path.isfile(os.path.join(experiment_dir, "sweep.yaml")):
@@ -82,11 +90,13 @@ def mlflow_ui_hint(tracking_uri: str | None, experiment_id: str | None) -> list[
     # GenAI by default); viewStateShareKey: the saved runs-table view tuneplat stores on the experiment
     query = (f"/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={MLFLOW_VIEW_KEY}"
              if experiment_id else "/#/experiments?workflowType=machine_learning")
+    # Credentials never reach the console, wherever the URI came from (RunConfig or $MLFLOW_TRACKING_URI): the
+    # browser asks for them, and a backend-store URI is shown with ``***`` for the password the user already has.
     if tracking_uri.startswith(("http://", "https://")):
-        return [f"open {tracking_uri.rstrip('/')}{query}"]
+        return [f"open {strip_credentials(tracking_uri).rstrip('/')}{query}"]
     if tracking_uri.startswith("databricks"):
         return []
-    return [f"mlflow ui --backend-store-uri {tracking_uri} --port 5000",
+    return [f"mlflow ui --backend-store-uri {redact(tracking_uri)} --port 5000",
             f"  then open http://127.0.0.1:5000{query}"]
 
 
@@ -198,11 +208,33 @@ class ProgressReporter:
         if self.verbose >= 2:
             self._print(text)
 
+    def trial_error(self, trial: Trial, error_file: str | None = None) -> None:
+        """A trial ended in ERROR: its error's first line and where the traceback is.
+
+        In the live view it joins the last-events panel; in plain lines (a pipe,
+        a log file) it is printed at verbosity >= 1, as the live view shows it.
+        """
+        first = _note(trial) or "error"
+        self.events.append(f"{time.strftime('%H:%M:%S')} trial {trial.trial_id} ERROR: {first}")
+        if self.verbose < 1 or (self.live_capable and self.verbose < 2):
+            return
+        where = ["results.errors"]
+        exp_dir = getattr(self._loop, "experiment_dir", None)
+        if exp_dir:
+            where.append(f"tuneplat status {exp_dir} --trial {trial.trial_id}")
+        if error_file:
+            where.append(error_file)
+        self._print(f"tuneplat: trial {trial.trial_id} ERROR: {first}\n  traceback: {'; '.join(where)}")
+
     def _print(self, text: str) -> None:
         if self._console is not None:
             self._console.print(text, markup=False, highlight=False, soft_wrap=True)
         else:
             print(text, file=self.stream, flush=True)
+
+    def elapsed_text(self) -> str:
+        """Time since the run started, as the summary shows it (h:mm:ss)."""
+        return _clock(time.monotonic() - self.start)
 
     # ---------------------------------------------------------------- the view
     def due(self) -> float:
@@ -248,7 +280,8 @@ class ProgressReporter:
         """The trial whose last result is best by the metric (as Ray's "current best trial")."""
         if not self.metric or self.mode not in ("min", "max"):
             return None
-        scored = [(self._value(t), t) for t in trials if t.status != TrialStatus.ERROR]
+        # as Ray (and get_best_result()): an errored trial with a finite value is a candidate, one without is not
+        scored = [(self._value(t), t) for t in trials]
         scored = [(v, t) for v, t in scored if math.isfinite(v)]
         if not scored:
             return None
@@ -280,7 +313,8 @@ class ProgressReporter:
         if best is None:
             return f"best {self.metric}: -" if self.metric else ""
         cfg = ", ".join(f"{k}={_fmt(v)}" for k, v in list(flatten_dict(best.config).items())[:6])
-        return (f"best {self.metric}={_fmt(self._value(best))} (trial {best.trial_id}, iter {best.iteration}"
+        errored = ", errored" if best.status == TrialStatus.ERROR else ""
+        return (f"best {self.metric}={_fmt(self._value(best))} (trial {best.trial_id}, iter {best.iteration}{errored}"
                 + (f"; {cfg})" if cfg else ")"))
 
     def status_line(self, trials: Sequence[Trial]) -> str:
@@ -490,11 +524,16 @@ class ProgressReporter:
         elapsed = time.monotonic() - self.start
         exp_dir = getattr(self._loop, "experiment_dir", None)
         what = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
-        lines = [f"tuneplat: {status} after {_clock(elapsed)}: {len(trials)} trials ({what})"]
+        lines = [f"tuneplat: {status_words(status, counts, len(trials))} after {_clock(elapsed)}: "
+                 f"{len(trials)} trials ({what})"]
         best = self.best(trials)
         if best is not None:
+            errored = " (the trial errored later)" if best.status == TrialStatus.ERROR else ""
             lines.append(f"tuneplat: best trial {best.trial_id}: {self.metric}={_fmt(self._value(best))} at iteration "
-                         f"{best.iteration}, config {best.config}")
+                         f"{best.iteration}{errored}, config {best.config}")
+        elif trials and counts.get("ERROR", 0) == len(trials):
+            lines.append("tuneplat: no best trial: no trial reported a finite "
+                         f"{self.metric or 'metric'} (each trial's error: results.errors)")
         if exp_dir:
             uri, exp_id = self._tracking()
             lines.append("tuneplat: look further:")

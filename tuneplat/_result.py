@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._checkpoint import Checkpoint
 from ._storage import rjoin
-from ._trial import Trial, TrialStatus
+from .core._trial import Trial, TrialStatus
 from .search._space import flatten_dict
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class Result:
             raise FileNotFoundError(f"{folder} is not a trial folder (Result.from_path takes storage_path/name/trial).")
         experiment = os.path.dirname(folder)
         if os.path.isfile(os.path.join(experiment, "journal.jsonl")):
-            from ._restore import load_trials
+            from .core._replay import load_trials
 
             trials, meta = load_trials(experiment)
             mine = [t for t in trials if os.path.abspath(t.path) == folder]
@@ -172,6 +172,10 @@ def _score(result: Result, metric: str, mode: str, scope: str) -> float:
     if scope == "last":
         return sign * values[0]
     return sign * sum(values) / len(values)
+
+
+class NoBestTrialError(ValueError, RuntimeError):
+    """``get_best_result()`` found no trial with a finite value of the metric (Ray raises RuntimeError here)."""
 
 
 class ResultGrid(Sequence[Result]):
@@ -261,8 +265,12 @@ class ResultGrid(Sequence[Result]):
         scored = [(_score(r, metric, mode, scope), i) for i, r in enumerate(self._results)]
         scored = [(s, i) for s, i in scored if not math.isnan(s)]
         if not scored:
-            raise ValueError(f"No trial reported a finite value for metric {metric!r}; "
-                             f"{self.num_errors} of {len(self)} trials failed.")
+            errored = (f" All {len(self)} trials errored (errored trials are candidates only with a finite value, "
+                       "as in Ray): see results.errors." if len(self) and self.num_errors == len(self)
+                       else f" {self.num_errors} of {len(self)} trials errored.")
+            raise NoBestTrialError(f"No best trial found for the given metric: {metric!r}. This means that no trial "
+                                   f"has reported this metric, or all values reported for it are NaN or infinite."
+                                   + errored)
         return self._results[min(scored)[1]]
 
     def get_best_results(self, metric: Sequence[str] | str | None = None, mode: Sequence[str] | str | None = None,

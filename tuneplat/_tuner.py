@@ -11,7 +11,6 @@ from typing import Any
 from ._compat import reporter_callbacks
 from ._config import RunConfig, ScalingConfig, ScalingSpace, TuneConfig
 from ._mainguard import check_main_guard
-from ._restore import TunerStateError, load_trials, load_tuner_state, prepare_resume, restore_problem, save_tuner_state
 from ._result import ResultGrid
 from ._storage import (
     CheckpointStore,
@@ -30,8 +29,17 @@ from ._user_callbacks import adapt_callbacks
 from ._wrappers import resources_of, trial_resources_of
 from .air.integrations.mlflow import mirror_config, target_callbacks
 from .core import ExperimentLock, TuneError, TuneLoop
+from .core._replay import (
+    TunerStateError,
+    load_trials,
+    load_tuner_state,
+    prepare_resume,
+    restore_problem,
+    save_tuner_state,
+)
 from .execution._dask_executor import DaskTrialExecutor
 from .execution._executor import TrialExecutor
+from .execution._trial_io import log_files, make_trial_io
 from .logger import default_file_loggers
 from .search._space import validate_space
 from .tracking import make_callbacks
@@ -89,6 +97,31 @@ def rerun_note(experiment_dir: str, name: str, kept: str) -> str:
         how = (f"to continue it instead: Tuner.restore({experiment_dir!r}, trainable); to keep runs apart: "
                "RunConfig(name=...)")
     return f"{experiment_dir} already held experiment {name!r}: starting it afresh (the old journal is kept as {kept}); {how}."
+
+
+def _can_end_experiment(stop: Any) -> bool:
+    """Whether ``RunConfig.stop`` may end the whole experiment (a stopper with a real ``stop_all()``)."""
+    from .stopper import CombinedStopper, FunctionStopper, MaximumIterationStopper, NoopStopper, TrialPlateauStopper
+
+    if isinstance(stop, CombinedStopper):
+        return any(_can_end_experiment(s) for s in getattr(stop, "_stoppers", ()))
+    if isinstance(stop, (NoopStopper, FunctionStopper, MaximumIterationStopper, TrialPlateauStopper)):
+        return False  # their stop_all() is always false
+    return callable(getattr(stop, "stop_all", None)) and not isinstance(stop, Mapping)
+
+
+def _check_sample_until_stopped(tc: TuneConfig, rc: RunConfig) -> None:
+    """``num_samples=-1`` samples until the experiment is stopped: something must stop it."""
+    if tc.num_samples != -1 or tc.time_budget_s:
+        return
+    if _can_end_experiment(rc.stop):
+        return
+    raise ValueError(
+        "TuneConfig(num_samples=-1) samples configurations until the experiment is stopped, but nothing here stops "
+        f"it (time_budget_s={tc.time_budget_s!r}, RunConfig.stop={rc.stop!r}): Ray Tune would start trials forever "
+        "(a stop dict or function ends trials, never the experiment). Give it an end: "
+        "TuneConfig(time_budget_s=600), or RunConfig(stop=a Stopper whose stop_all() ends the experiment, e.g. "
+        "tune.stopper.TimeoutStopper(600)); or pass num_samples=N for N trials.")
 
 
 class Tuner:
@@ -173,7 +206,9 @@ class Tuner:
             raise TypeError(f"run_config must be a tuneplat.RunConfig, got {type(self.run_config).__name__}")
 
         self.run_config = mirror_config(self.run_config)  # an MLflowLoggerCallback aims the built-in MLflow mirror
+        _check_sample_until_stopped(self.tune_config, self.run_config)
         validate_space(self.param_space)
+        log_files(self.run_config.log_to_file)  # a wrong log_to_file is refused now, not at fit()
         adapt_callbacks(self.run_config.callbacks)  # refuse a wrong callback now, not at fit()
         fn = for_run(fn, self.tune_config, self.run_config)  # a Trainable class: its checkpoint policy
         _check_picklable(fn)
@@ -211,6 +246,8 @@ class Tuner:
             self._remote_dir = storage.remote_experiment(name)
         self._results: ResultGrid | None = None
         self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
+        #: Tune trials run in their trial folder (Ray's RAY_CHDIR_TO_TRIAL_DIR); a Trainer's own fit() does not (V2)
+        self._chdir_to_trial_dir = True
 
     def fit(self) -> ResultGrid:
         """Run the experiment to the end; returns every trial's :class:`Result`.
@@ -239,7 +276,7 @@ class Tuner:
                 syncer = ExperimentSync(self.experiment_dir, self._storage_fs, self._remote_dir)
             else:
                 store = LocalCheckpointStore()
-            store = executor.checkpoint_store() or store
+            store = executor.checkpoint_store(store) or store
             loop = TuneLoop(
                 trainable=self.trainable, param_space=self.param_space, tune_config=self.tune_config,
                 run_config=self.run_config, scaling_config=self.scaling_config or ScalingConfig(),
@@ -248,6 +285,7 @@ class Tuner:
                 store=store, callbacks=callbacks, trials=self._resume[1] if self._resume else None,
                 resume=self._resume is not None, syncer=syncer, raw_trainable=self._raw_trainable,
                 trial_resources=self._trial_resources,
+                trial_io=make_trial_io(self.run_config.log_to_file, chdir=self._chdir_to_trial_dir),
             )
             if self._resume is None:
                 self._set_aside_previous_journal()

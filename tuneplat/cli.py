@@ -182,6 +182,7 @@ def _parser() -> argparse.ArgumentParser:
         "(best metric), beside what the recorded run spent and found.",
         epilog="examples:\n  tuneplat simulate ./tuneplat_results/digits-asha --scheduler asha --set reduction_factor=4\n"
         "  tuneplat simulate ./exp --scheduler median --set grace_period=3 --json\n"
+        "  tuneplat simulate ./exp --recommend --tolerance 0.5%%\n"
         "schedulers: " + ", ".join(SCHEDULER_NAMES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -190,6 +191,13 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
                      help="a scheduler setting, e.g. --set grace_period=2 (repeatable; values read as YAML)")
     sim.add_argument("--slots", type=int, help="trials at once (default: as many as the recorded run had)")
+    sim.add_argument("--recommend", action="store_true",
+                     help="replay a grid of schedulers (ASHA eta/grace, HyperBand, PASHA, median stopping, 'one "
+                     "iteration each, keep the top k') and rank them by the compute spent until a result within "
+                     "--tolerance of the best recorded one; prints the winner as code and as a sweep-file line")
+    sim.add_argument("--tolerance", default="1%",
+                     help="with --recommend: how close to the best recorded value counts as found: absolute "
+                     "(0.005) or relative ('1%%', the default)")
     sim.add_argument("--json", action="store_true", help="machine-readable output")
     _add_plot_parser(sub)
     return parser
@@ -340,7 +348,7 @@ def _cli_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _experiment_end_status(experiment_dir: str) -> str | None:
-    from ._journal import read_journal
+    from .core._journal import read_journal
 
     try:
         events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
@@ -411,7 +419,7 @@ def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any, verbose:
 
 def _fit(tuner: Any) -> Any:
     from .core import TuneError
-    from .execution._cluster import PlacementError
+    from .execution._errors import PlacementError
 
     try:
         return tuner.fit()
@@ -601,10 +609,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
-    from ._journal import JournalError
-    from ._restore import load_trials
     from ._result import ResultGrid
     from ._tuner import Tuner
+    from .core._journal import JournalError
+    from .core._replay import load_trials
 
     path, fs, url = _fetch_remote(experiment_dir)
     if not Tuner.can_restore(path):
@@ -616,7 +624,13 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     except JournalError as exc:
         raise _Fail(str(exc).splitlines()[0]) from None
     meta = dict(meta)
-    meta["status"] = "running" if _is_running(path) else (_experiment_end_status(path) or "crashed (resumable)")
+    from collections import Counter
+
+    from ._progress import status_words
+
+    ended = _experiment_end_status(path)
+    meta["status"] = "running" if _is_running(path) else (
+        status_words(ended, Counter(t.status.value for t in trials), len(trials)) if ended else "crashed (resumable)")
     meta["path"] = url or path
     return ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
 
@@ -793,6 +807,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from .search import flatten_dict
 
     target = args.experiment_dir
+    from ._storage import is_remote
+
+    if not is_remote(target) and not os.path.exists(target):
+        raise _Fail(f"{target}: no such folder; pass an experiment folder (<storage_path>/<name>) or a storage folder "
+                    "holding experiments (e.g. tuneplat status ./tuneplat_results lists them)")
     if os.path.isdir(target) and not os.path.isfile(os.path.join(target, "journal.jsonl")):
         experiments = _experiments_in(target)
         if experiments:
@@ -991,6 +1010,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             settings[name.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             raise _Fail(f"--set {item!r}: the value is not valid YAML ({exc})", EXIT_BAD_INPUT) from None
+    if args.recommend:
+        from .testing._recommend import recommend
+
+        if settings:
+            raise _Fail("--recommend tries its own grid of schedulers and settings: drop --set (and --scheduler)",
+                        EXIT_BAD_INPUT)
+        try:
+            rec = recommend(args.experiment_dir, tolerance=args.tolerance, slots=args.slots)
+        except (FileNotFoundError, ValueError) as exc:
+            raise _Fail(str(exc), EXIT_BAD_INPUT) from None
+        print(json.dumps(rec.to_dict(), indent=2, default=str) if args.json else rec.table())
+        return EXIT_OK
     try:
         report = simulate(args.experiment_dir, args.scheduler, settings, slots=args.slots)
     except (FileNotFoundError, ValueError) as exc:

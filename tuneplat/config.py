@@ -563,14 +563,30 @@ _PRUNERS = {
     "wilcoxon": "WilcoxonPruner",
     "nop": "NopPruner",
 }
+#: metric/mode of schedulers that decide on several objectives (MO-ASHA, multi-objective HyperBand)
+_MO_COMMON: dict[str, Field | None] = {
+    "metric": _f(lambda v: v is None or (isinstance(v, str) and v != "")
+                 or (isinstance(v, list) and bool(v) and all(isinstance(m, str) and m for m in v)),
+                 "a metric name, a list of metric names, or null"),
+    "mode": _f(lambda v: v is None or v in ("min", "max")
+               or (isinstance(v, list) and bool(v) and all(m in ("min", "max") for m in v)),
+               "'min', 'max', a list of them (one per metric), or null"),
+    "time_attr": _TIME_ATTR,
+}
+_RUNGS = _f(lambda v: isinstance(v, list) and bool(v) and all(_is_num(x) and x > 0 for x in v)
+            and all(b > a for a, b in zip(v, v[1:])), "a strictly increasing list of numbers > 0")
+_TIEBREAK = _f(lambda v: v in ("crowding", "epsnet"), "'crowding' or 'epsnet'")
 _ASHA: dict[str, Field | None] = {
-    **_COMMON,
+    **_MO_COMMON,
     "max_t": NUM_GT0,
     "grace_period": NUM_GT0,
     "reduction_factor": _f(lambda v: _is_num(v) and v >= 2, "a number >= 2"),
     "brackets": INT_GE1,
     "stop_last_trials": BOOL,
     "seed": OPT_INT,
+    "rung_levels": _RUNGS,
+    "mo_tiebreak": _TIEBREAK,
+    "cost_attr": OPT_STR,
 }
 #: scheduler.type -> (class name in tuneplat.schedulers, accepted keys)
 SCHEDULERS: dict[str, tuple[str, dict[str, Field | None]]] = {
@@ -580,10 +596,25 @@ SCHEDULERS: dict[str, tuple[str, dict[str, Field | None]]] = {
     "hyperband": (
         "HyperBandScheduler",
         {
-            **_COMMON,
+            **_MO_COMMON,
             "max_t": NUM_GT0,
             "reduction_factor": _f(lambda v: _is_num(v) and v >= 2, "a number >= 2"),
             "stop_last_trials": BOOL,
+            "mo_tiebreak": _TIEBREAK,
+        },
+    ),
+    "pasha": (
+        "PASHAScheduler",
+        {
+            **_COMMON,
+            "max_t": NUM_GT0,
+            "grace_period": NUM_GT0,
+            "reduction_factor": _f(lambda v: _is_num(v) and v >= 2, "a number >= 2"),
+            "stop_last_trials": BOOL,
+            "seed": OPT_INT,
+            "rung_levels": _RUNGS,
+            "epsilon": _f(lambda v: v == "auto" or (_is_num(v) and v >= 0), "a number >= 0 or 'auto'"),
+            "epsilon_percentile": _f(lambda v: _is_num(v) and 0 <= v <= 100, "a number in [0, 100]"),
         },
     ),
     "median_stopping_rule": (

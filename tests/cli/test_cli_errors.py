@@ -24,8 +24,9 @@ CASES = [
     ("unknown-key", "s.yaml", T + "schedular: {type: asha}\n",
      f"s.yaml:2:1: schedular: unknown key (did you mean 'scheduler'?); expected one of: {EXPECTED_TOP_KEYS}"),
     ("unknown-nested-key", "s.yaml", T + "scheduler:\n  type: asha\n  max_tt: 3\n",
-     "s.yaml:4:3: scheduler.max_tt: unknown key (did you mean 'max_t'?); expected one of: brackets, grace_period, "
-     "max_t, metric, mode, reduction_factor, seed, stop_last_trials, time_attr, type"),
+     "s.yaml:4:3: scheduler.max_tt: unknown key (did you mean 'max_t'?); expected one of: brackets, cost_attr, "
+     "grace_period, max_t, metric, mo_tiebreak, mode, reduction_factor, rung_levels, seed, stop_last_trials, "
+     "time_attr, type"),
     ("unknown-key-toml", "s.toml", 'trainable = "examples.toy:learning_curve"\n[run]\nstorage = "x"\n',
      "s.toml:3:1: run.storage: unknown key (did you mean 'storage_path'?); expected one of: address, callbacks, "
      "checkpoint, fail_fast, failure, log_to_file, max_failures, progress_interval_s, stop, storage_options, storage_path, tls, tuner_host, "
@@ -52,7 +53,7 @@ CASES = [
      "{loguniform: [lower, upper]} or {loguniform: [lower, upper, base]}"),
     ("unknown-scheduler", "s.yaml", T + "scheduler: {type: ashaa, max_t: 3}\n",
      "s.yaml:2:19: scheduler.type: unknown scheduler 'ashaa' (did you mean 'asha'?); expected one of: fifo, asha, "
-     "async_hyperband, hyperband, median_stopping_rule, pbt, optuna_pruner"),
+     "async_hyperband, hyperband, pasha, median_stopping_rule, pbt, optuna_pruner"),
     ("scheduler-rule", "s.yaml", T + "scheduler: {type: asha, max_t: 3, grace_period: 5}\n",
      "s.yaml:2:49: scheduler.grace_period: The value of `grace_period` is 5, but must be `grace_period <= max_t (= 3)`"),
     ("unknown-search", "s.yaml", T + "search: {algorithm: hyperopt}\n",
@@ -130,7 +131,8 @@ def test_tag_message_names_line_column_and_tag(tmp_path):
 @pytest.mark.parametrize("override,expected", [
     ("scheduler.max_t=-3", "--set scheduler.max_t=-3:1:17: scheduler.max_t: got -3 (an int); expected a number > 0"),
     ("scheduler.bogus=1", "--set scheduler.bogus=1:1:1: scheduler.bogus: unknown key; expected one of: brackets, "
-                          "grace_period, max_t, metric, mode, reduction_factor, seed, stop_last_trials, time_attr, type"),
+                          "cost_attr, grace_period, max_t, metric, mo_tiebreak, mode, reduction_factor, rung_levels, "
+                          "seed, stop_last_trials, time_attr, type"),
     ("param_space.lr={uniform: [1, 0]}", "--set param_space.lr={uniform: [1, 0]}:1:26: param_space.lr.uniform: "
                                          "bad domain: lower=1 must be < upper=0; expected {uniform: [lower, upper]}"),
     ("num_samples", "--set num_samples:1:1: expected key.path=value, e.g. --set scheduler.max_t=50"),

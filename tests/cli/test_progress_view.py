@@ -7,7 +7,7 @@ import time
 from types import SimpleNamespace
 
 from tuneplat._progress import ProgressReporter
-from tuneplat._trial import Trial, TrialStatus
+from tuneplat.core._trial import Trial, TrialStatus
 
 LONG = "RuntimeError: " + "a long explanation of what went wrong " * 4
 
@@ -46,7 +46,8 @@ def test_status_line_counts_eta_best_and_slots():
     rep.start = time.monotonic() - 30  # 30 s in, 3 of 10 trials done: ~70 s left at that pace
     line = rep.status_line(TRIALS)
     assert line.startswith("tuneplat [0:00:30] 3/10 trials done, 1 running, 1 pending, 1 error | ETA ~0:01:")
-    assert "best loss=0.2 (trial abc_00001, iter 3; lr=0.2, opt/name=sgd)" in line  # an errored trial is not best
+    # as Ray's "current best trial" and get_best_result(): an errored trial with a finite value is a candidate
+    assert "best loss=0.01 (trial abc_00002, iter 3, errored; lr=0.3, opt/name=sgd)" in line
     assert line.endswith("slots 2/4 busy")  # one running trial of 2 ranks
 
 
@@ -87,7 +88,7 @@ def test_summary_says_where_to_look_next():
     rep.finish(TRIALS, "finished")
     text = out.getvalue()
     assert "tuneplat: finished after " in text and "5 trials (1 ERROR, 1 PENDING, 1 RUNNING, 2 TERMINATED)" in text
-    assert "tuneplat: best trial abc_00001: loss=0.2 at iteration 3" in text
+    assert "tuneplat: best trial abc_00002: loss=0.01 at iteration 3 (the trial errored later)" in text
     assert "  tuneplat status /r/exp " in text
     assert "  mlflow ui --backend-store-uri sqlite:////r/mlflow.db --port 5000" in text
     assert "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=tuneplat" in text

@@ -67,3 +67,37 @@ def test_time_budget_ends_a_trial_that_does_not_report(dask_client, storage, mon
     assert [r.status for r in results] == ["TERMINATED", "TERMINATED"]
     assert all("time budget" in r.stop_reason for r in results)
     assert all(r.metrics["training_iteration"] == 1 for r in results)
+
+
+def test_an_error_mid_sweep_leaves_no_worker_process_not_even_a_zombie(storage):
+    """The operator's report: a callback raising on the 5th result, two trials busy reporting; right after fit()
+    raised, every worker process of the embedded cluster is gone and reaped (none running, none defunct)."""
+
+    class BoomOnFifth(tune.Callback):
+        seen = 0
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            BoomOnFifth.seen += 1
+            if BoomOnFifth.seen == 5:
+                raise RuntimeError("callback bug on the 5th result")
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # zombies of earlier tests too
+    tuner = tune.Tuner(T.quadratic, param_space={"x": tune.grid_search([1, 2]), "steps": 200},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                       run_config=tune.RunConfig(name="boom5", storage_path=storage, verbose=0, mlflow=False,
+                                                 callbacks=[BoomOnFifth()]))
+    with pytest.raises(tune.TuneError, match="5th result"):
+        tuner.fit()
+    left = {}
+    for p in psutil.Process().children(recursive=True):
+        if p.pid in before:
+            continue
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.ZombieProcess:
+            cmd = "<defunct>"
+        except psutil.Error:
+            continue
+        if "resource_tracker" not in cmd:
+            left[p.pid] = cmd[:200]
+    assert not left, f"processes outlived fit(): {left}"

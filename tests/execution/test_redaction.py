@@ -11,7 +11,7 @@ import stat
 import tuneplat
 from tuneplat import MLflowConfig, RunConfig, TuneConfig, Tuner
 from tuneplat._redact import redact, strip_credentials
-from tuneplat._restore import STATE_FILE, load_tuner_state, save_tuner_state
+from tuneplat.core._replay import STATE_FILE, load_tuner_state, save_tuner_state
 
 SECRET = "s3cr3t-Pa55"
 
@@ -82,3 +82,29 @@ def test_unreachable_mlflow_with_credentials_is_reported_redacted(tmp_path, capl
                 assert SECRET.encode() not in f.read(), path
 
 
+
+
+def test_tracking_uri_from_the_environment_never_reaches_the_console(tmp_path, capfd, monkeypatch):
+    """$MLFLOW_TRACKING_URI with a password: the end-of-run hints (and everything else printed) hide it."""
+    from tuneplat.testing import VirtualTimeExecutor
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://bob:{SECRET}@127.0.0.1:{port}/")
+    Tuner(mlflow_trainable, param_space={}, tune_config=TuneConfig(metric="loss", mode="min"),
+          run_config=RunConfig(storage_path=str(tmp_path), name="exp", verbose=1),
+          executor=VirtualTimeExecutor(num_slots=1)).fit()
+    out, err = capfd.readouterr()
+    assert "look further" in out + err  # the summary with the MLflow hint was printed
+    assert f"open http://127.0.0.1:{port}/#/experiments" in out + err
+    assert SECRET not in out + err
+
+
+def test_mlflow_ui_hint_hides_credentials_of_a_backend_store_uri():
+    from tuneplat._progress import mlflow_ui_hint
+
+    lines = mlflow_ui_hint(f"postgresql://bob:{SECRET}@db:5432/mlflow", "1")
+    assert lines and SECRET not in "\n".join(lines) and "***@db:5432" in lines[0]

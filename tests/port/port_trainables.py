@@ -84,3 +84,42 @@ def says_done(config):
     """Reports done=True at step `done_at` (Ray: the trial ends there); would go on to `steps`."""
     for step in range(1, config.get("steps", 6) + 1):
         tune.report({"loss": 1.0 / step, "done": step == config["done_at"]})
+
+
+def writes_relative(config):
+    """Writes a relative path and prints, as Ray's docs trainables do (each trial in its own folder)."""
+    import sys
+
+    if config.get("write", True):
+        with open("out.txt", "w") as f:
+            f.write(str(config["x"]))
+    print(f"hello from trial x={config['x']}")
+    print(f"a warning from x={config['x']}", file=sys.stderr)
+    tune.report({"loss": float(config["x"]), "cwd": os.getcwd(), "orig": os.environ.get("TUNE_ORIG_WORKING_DIR")})
+
+
+# -- Ray Train V2's Train-in-Tune (Ray 2.60's "Hyperparameter Tuning with Ray Tune" guide, imports changed) --------
+
+def train_fn_per_worker(train_loop_config: dict):
+    lr = train_loop_config["lr"]
+    ctx = train.get_context()
+    for epoch in range(2):
+        with tempfile.TemporaryDirectory() as temp_checkpoint_dir:
+            with open(os.path.join(temp_checkpoint_dir, "epoch"), "w") as f:
+                f.write(str(epoch))
+            train.report({"loss": lr * (2 - epoch), "world_size": ctx.get_world_size(), "rank_pid": os.getpid()},
+                         checkpoint=Checkpoint.from_directory(temp_checkpoint_dir))
+
+
+def train_driver_fn(config: dict):
+    from tuneplat.tune.integration.ray_train import TuneReportCallback
+
+    trainer = train.torch.TorchTrainer(
+        train_fn_per_worker,
+        train_loop_config=config["train_loop_config"],
+        scaling_config=train.ScalingConfig(num_workers=config.get("num_workers", 1)),
+        run_config=train.RunConfig(name=f"train-trial_id={tune.get_context().get_trial_id()}",
+                                   callbacks=[TuneReportCallback()]),
+    )
+    result = trainer.fit()
+    tune.report({"loss": result.metrics["loss"], "driver_pid": os.getpid(), "inner_path": result.path})

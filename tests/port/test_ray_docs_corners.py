@@ -221,3 +221,68 @@ def test_trainer_search_space_at_the_top_level_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"under 'train_loop_config': param_space=\{'train_loop_config': "
                                          r"\{'lr': loguniform\(0.0001, 0.1\)"):
         tune.Tuner(trainer, param_space={"lr": tune.loguniform(1e-4, 1e-1)})
+
+
+# -- each trial's working directory and output files -------------------------------------------------------------
+
+def test_trials_run_in_their_folder_and_log_to_file_captures_their_output(dask_client, storage):
+    import os
+
+    results = _run(dask_client, storage, P.writes_relative, {"x": tune.grid_search([1, 2])}, log_to_file=True)
+    assert results.num_errors == 0
+    for r in results:
+        assert os.path.samefile(r.metrics["cwd"], r.path) and r.metrics["orig"] == os.getcwd()
+        with open(os.path.join(r.path, "out.txt")) as f:  # no collision: each trial wrote its own
+            assert f.read() == str(r.config["x"])
+        with open(os.path.join(r.path, "stdout")) as f:
+            assert f"hello from trial x={r.config['x']}" in f.read()
+        with open(os.path.join(r.path, "stderr")) as f:
+            assert f"a warning from x={r.config['x']}" in f.read()
+
+
+def test_ray_chdir_variable_turns_it_off_and_log_to_file_takes_a_pair(dask_client, storage, monkeypatch):
+    import os
+
+    monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")
+    results = _run(dask_client, storage, P.writes_relative, {"x": 3, "write": False}, log_to_file=("out.log", "err.log"))
+    r = results[0]
+    assert not os.path.samefile(r.metrics["cwd"], r.path) and r.metrics["orig"] is None
+    assert "hello from trial x=3" in open(os.path.join(r.path, "out.log")).read()
+    assert "a warning from x=3" in open(os.path.join(r.path, "err.log")).read()
+
+
+def test_log_to_file_forms():
+    from tuneplat.execution._trial_io import log_files
+
+    assert log_files(True) == ("stdout", "stderr") and log_files(False) == (None, None)
+    assert log_files("all.log") == ("all.log", "all.log") and log_files(["o", "e"]) == ("o", "e")
+    with pytest.raises(ValueError, match="log_to_file"):
+        tune.Tuner(P.objective, run_config=RunConfig(log_to_file=("only-one",)))
+
+
+# -- Ray Train V2: a TorchTrainer fitted inside each Tune trial --------------------------------------------------
+
+def test_train_v2_driver_function_fits_a_trainer_per_trial_beside_it(dask_client, storage):
+    """Two trials on two worker slots: each driver holds one and its ranks need another, so one trial goes
+    back to the queue until the other's group has run (no deadlock, no failure)."""
+    import os
+
+    results = _run(dask_client, storage, P.train_driver_fn,
+                   {"train_loop_config": {"lr": tune.grid_search([1e-3, 3e-4])}}, verbose=1)
+    assert results.num_errors == 0 and results.num_terminated == 2
+    for r in results:
+        history = r.metrics_dataframe
+        reported = history.dropna(subset=["checkpoint_path"])  # what TuneReportCallback passed on
+        assert list(reported["loss"]) == pytest.approx([2 * r.config["train_loop_config"]["lr"],
+                                                         r.config["train_loop_config"]["lr"]])
+        assert all(os.path.isdir(p) for p in reported["checkpoint_path"])  # the Trainer's checkpoints
+        assert (reported["rank_pid"] != r.metrics["driver_pid"]).all()  # ranks ran beside the driver
+        inner_run = os.path.dirname(r.metrics["inner_path"])  # the Trainer's run (RunConfig(name=...)) ...
+        assert os.path.basename(inner_run) == f"train-trial_id={r.trial_id}"
+        assert inner_run.startswith(r.path)  # ... in the trial's folder (its working directory)
+
+
+def test_train_v2_trainer_that_cannot_fit_beside_its_trial_says_how_to_size(dask_client, storage):
+    results = _run(dask_client, storage, P.train_driver_fn, {"num_workers": 2, "train_loop_config": {"lr": 0.1}})
+    assert results.num_errors == 1
+    assert "TUNEPLAT_NUM_CPUS=3" in str(results[0].error) and "needs 2 rank(s)" in str(results[0].error)

@@ -188,7 +188,7 @@ def test_torch_trainer_restore_continues_from_the_checkpoint(dask_client, storag
 
 def test_data_parallel_trainer_and_unported_arguments():
     assert issubclass(tune.TorchTrainer, tuneplat.train.DataParallelTrainer)
-    with pytest.raises(NotImplementedError, match="Ray Data"):
+    with pytest.raises(TypeError, match="a dataset must be a dask.dataframe.DataFrame"):  # docs/data-ingest.md
         tuneplat.train.DataParallelTrainer(S.trainer_loop, datasets={"train": [1, 2]})
     with pytest.raises(NotImplementedError, match="restore"):
         tune.TorchTrainer(S.trainer_loop, resume_from_checkpoint=tuneplat.Checkpoint("/tmp"))

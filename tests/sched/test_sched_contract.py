@@ -11,6 +11,7 @@ from schedulers import (
     FIFOScheduler,
     HyperBandScheduler,
     MedianStoppingRule,
+    PASHAScheduler,
     PopulationBasedTraining,
     TrialScheduler,
 )
@@ -31,6 +32,51 @@ class TestASHAContract(SchedulerContract):
 class TestASHABracketsContract(SchedulerContract):
     def make_scheduler(self) -> TrialScheduler:
         return ASHAScheduler(max_t=27, grace_period=1, reduction_factor=3, brackets=3, seed=7)
+
+
+class TestMOASHAContract(SchedulerContract):
+    metric = ["loss", "latency"]
+
+    def make_scheduler(self) -> TrialScheduler:
+        return ASHAScheduler(max_t=27, grace_period=1, reduction_factor=3, seed=7)
+
+
+class TestMOASHAEpsNetContract(SchedulerContract):
+    metric = ["loss", "latency"]
+
+    def make_scheduler(self) -> TrialScheduler:
+        return ASHAScheduler(max_t=27, grace_period=1, reduction_factor=3, mo_tiebreak="epsnet", brackets=2, seed=7)
+
+
+class TestCostAwareASHAContract(SchedulerContract):
+    def make_scheduler(self) -> TrialScheduler:
+        return ASHAScheduler(max_t=27, grace_period=1, reduction_factor=3, cost_attr="time_total_s")
+
+
+class TestChosenRungsASHAContract(SchedulerContract):
+    def make_scheduler(self) -> TrialScheduler:
+        return ASHAScheduler(max_t=27, rung_levels=[2, 5, 11], reduction_factor=3)
+
+
+class TestPASHAContract(SchedulerContract):
+    full_budget = False  # PASHA chooses the budget: the best trial gets as far as any other
+
+    def make_scheduler(self) -> TrialScheduler:
+        return PASHAScheduler(max_t=27, grace_period=1, reduction_factor=3)
+
+
+class TestPASHAFixedEpsilonContract(SchedulerContract):
+    full_budget = False
+
+    def make_scheduler(self) -> TrialScheduler:
+        return PASHAScheduler(max_t=27, grace_period=1, reduction_factor=2, epsilon=0.01)
+
+
+class TestMOHyperBandContract(SchedulerContract):
+    metric = ["loss", "latency"]
+
+    def make_scheduler(self) -> TrialScheduler:
+        return HyperBandScheduler(max_t=27, reduction_factor=3)
 
 
 class TestHyperBandContract(SchedulerContract):

@@ -43,13 +43,16 @@ def test_constructor_signatures_match_ray():
     def params(cls):
         return [(p.name, p.default) for p in inspect.signature(cls).parameters.values()]
 
-    assert params(schedulers.ASHAScheduler) == [
+    ray_asha = [
         ("time_attr", "training_iteration"), ("metric", None), ("mode", None), ("max_t", 100),
         ("grace_period", 1), ("reduction_factor", 4), ("brackets", 1),
         ("stop_last_trials", True), ("seed", None)]
+    # Ray's arguments in Ray's order, then ours (keyword use only): chosen rungs, MO tie-break, cost-aware promotion
+    assert params(schedulers.ASHAScheduler) == ray_asha + [
+        ("rung_levels", None), ("mo_tiebreak", "crowding"), ("cost_attr", None)]
     assert params(schedulers.HyperBandScheduler) == [
         ("time_attr", "training_iteration"), ("metric", None), ("mode", None), ("max_t", 81),
-        ("reduction_factor", 3), ("stop_last_trials", True)]
+        ("reduction_factor", 3), ("stop_last_trials", True), ("mo_tiebreak", "crowding")]
     assert params(schedulers.MedianStoppingRule) == [
         ("time_attr", "time_total_s"), ("metric", None), ("mode", None), ("grace_period", 60.0),
         ("min_samples_required", 3), ("min_time_slice", 0), ("hard_stop", True)]

@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -109,7 +110,11 @@ def test_example_script_without_main_guard_runs(tmp_path):
     assert (tmp_path / "tuneplat_results" / "sklearn-digits" / "journal.jsonl").is_file()
 
 
-def test_embedded_cluster_is_kept_between_fits_and_shut_down(tmp_path, monkeypatch):
+def _scheduler_tasks(dask_scheduler=None):
+    return sorted(str(k) for k in dask_scheduler.tasks)
+
+
+def test_embedded_cluster_is_kept_between_fits_and_shut_down(tmp_path, monkeypatch, capfd):
     from tuneplat.sklearn import _pool
 
     monkeypatch.setenv("TUNEPLAT_SKLEARN_IDLE_S", "120")
@@ -121,9 +126,18 @@ def test_embedded_cluster_is_kept_between_fits_and_shut_down(tmp_path, monkeypat
         kept = _pool._kept
         assert kept is not None and workers[1] <= set(kept.client.scheduler_info()["workers"])
         assert workers[0] | workers[1] <= set(kept.client.scheduler_info()["workers"])  # the same worker processes
+        # nothing of the two fits stays wanted on the kept cluster (scattered data, rank tasks): releases travel
+        # on the client's batched stream, so poll the scheduler's state for at most 30 s
+        deadline = time.monotonic() + 30
+        left = kept.client.run_on_scheduler(_scheduler_tasks)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = kept.client.run_on_scheduler(_scheduler_tasks)
+        assert left == [], f"still held on the kept cluster after the fits: {left}"
     finally:
         _pool.shutdown()
     assert _pool._kept is None and kept.client.status == "closed"
+    assert "lose scattered data" not in "".join(capfd.readouterr())  # the operator's report (#23): an ERROR at exit
     monkeypatch.setenv("TUNEPLAT_SKLEARN_IDLE_S", "0")  # 0: every fit closes its embedded cluster
     TuneGridSearchCV(LogisticRegression(max_iter=500), {"C": [1.0]}, **common).fit(X, Y)
     assert _pool._kept is None

@@ -48,11 +48,9 @@ from schedulers import (
 
 from .._checkpoint import Checkpoint
 from .._config import RunConfig, ScalingConfig, TuneConfig
-from .._journal import Journal, to_jsonable
 from .._progress import ProgressReporter
 from .._settings import env_seconds
 from .._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
-from .._trial import Trial, TrialStatus
 from ..execution._executor import (
     Ended,
     Event,
@@ -69,7 +67,9 @@ from ..execution._executor import (
     TrialSpec,
 )
 from ..search._searcher import BasicVariantGenerator, Searcher
+from ._journal import Journal, to_jsonable
 from ._stop import MetricCheck, StopRules
+from ._trial import Trial, TrialStatus
 
 logger = logging.getLogger("tuneplat")
 
@@ -106,8 +106,10 @@ class TuneLoop:
                  trainable_name: str, executor: TrialExecutor, store: CheckpointStore,
                  callbacks: list[Any] | None = None, trials: list[Trial] | None = None, resume: bool = False,
                  syncer: ExperimentSync | None = None, raw_trainable: Any = None,
-                 trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = None) -> None:
+                 trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = None,
+                 trial_io: Any = None) -> None:
         self.trainable = trainable
+        self.trial_io = trial_io  # each trial's working directory and captured output (execution/_trial_io.py)
         #: per-trial resources (``with_resources(fn)``, a ScalingConfig with search domains): config -> ScalingConfig
         self.trial_resources = trial_resources
         self._shapes: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> (request per rank, ranks)
@@ -157,6 +159,7 @@ class TuneLoop:
         self.stop_rules = StopRules(run_config.stop)
         self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
         self._deadline: float | None = None  # set once the cluster is up: the budget is for trials
+        self._budget_note = False
         self.reporter = ProgressReporter(self.metric, self.mode, run_config.verbose, run_config.progress_interval_s)
         self.stop_grace_s = env_seconds("TUNEPLAT_STOP_GRACE_S", 5)  # a stopped trial that does not report
         self.journal: Journal | None = None
@@ -168,7 +171,13 @@ class TuneLoop:
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:
         metric, mode = self.metric, self.mode
-        if (isinstance(metric, list) and self.scheduler.requires_objective()
+        multi = getattr(self.scheduler, "supports_multi_objective", None)
+        if isinstance(metric, list) and callable(multi) and multi() and not isinstance(
+                getattr(self.scheduler, "metric", None), str):
+            # MO-ASHA / multi-objective HyperBand: the scheduler decides on every objective of the TuneConfig
+            self.scheduler.set_objective(metric, mode)
+            metric = mode = None
+        elif (isinstance(metric, list) and self.scheduler.requires_objective()
                 and getattr(self.scheduler, "metric", None) is None):
             raise ValueError(
                 f"TuneConfig(metric={metric!r}, mode={mode!r}) is multi-objective, but "
@@ -230,7 +239,7 @@ class TuneLoop:
                 trainable=self.trainable, experiment_name=self.experiment_name, experiment_dir=self.experiment_dir,
                 request=self.request, world_size=self.world_size, placement_strategy=self.sc.placement_strategy,
                 backend=self.sc.backend, metric=self.metric, storage_fs=self.storage_fs,
-                raw_trainable=self.raw_trainable, say=self.reporter.say))
+                raw_trainable=self.raw_trainable, say=self.reporter.say, trial_io=self.trial_io))
             if self.tc.time_budget_s:
                 self._deadline = self.executor.now() + self.tc.time_budget_s
             if self.executor.dashboard_link:
@@ -259,6 +268,13 @@ class TuneLoop:
             self.status = "error"
             self.interrupted = True  # what did not finish stays restorable
             self._guarded(self._teardown_all, f"the tuner failed: {type(exc).__name__}: {exc}")
+        except BaseException as exc:
+            # the trial that runs this (nested) experiment ends: the scheduler stopped it (from its report() in a
+            # TuneReportCallback), its group was aborted, or it goes back to the queue; end our groups, then unwind
+            self.interrupted = True
+            self.status = "interrupted"
+            self._guarded(self._teardown_all, f"the enclosing trial ended ({type(exc).__name__})")
+            raise
         finally:
             if old_handler is not None:
                 signal.signal(signal.SIGTERM, old_handler)
@@ -279,8 +295,30 @@ class TuneLoop:
             logger.warning("tuneplat: %s failed while ending the experiment", getattr(fn, "__name__", fn),
                            exc_info=True)
 
+    def _end_unfinished(self) -> None:
+        """A failed experiment (fail_fast, a misspelt metric, no worker fits): one final state for every trial.
+
+        Trials it stopped end TERMINATED with the reason (a restore resumes them),
+        never left RUNNING or PENDING in the journal while nothing runs.
+        """
+        if self.status != "failed" or self.journal is None:
+            return
+        why = (self.fail_fast_error or "the experiment failed").rstrip(". ")
+        for t in self.trials:
+            if t.status.is_finished() or t.trial_id in self.running:
+                continue
+            t.stop_reason = (f"stopped when the experiment ended ({why}); Tuner.restore resumes it"
+                             if t.attempts else f"not started: the experiment ended ({why}); Tuner.restore runs it")
+            t.resumable = True
+            self._end_trial(t, TrialStatus.TERMINATED)
+
     def _close(self) -> None:
+        self._guarded(self._end_unfinished)
         status = self.status
+        lag = self._mirror_lag_s()
+        if lag >= 1.0:
+            self.reporter.say(f"tuneplat: trials ended after {self.reporter.elapsed_text()}; writing what is left "
+                              f"to MLflow (~{lag:.0f}s)")
         tb = "".join(traceback.format_exception(self.error)) if self.error is not None else None
         for cb in self.callbacks:
             try:
@@ -415,6 +453,8 @@ class TuneLoop:
             deadlines.append(now + max(0.0, self.reporter.due() - time.monotonic()))
         if self._deadline is not None and not self.stopping:
             deadlines.append(self._deadline)
+            if self._budget_note:
+                deadlines.append(now + 0.5)  # the mirror's backlog may have shrunk: launch again
         assert self.journal is not None
         if self.journal.dirty:
             deadlines.append(now + self.journal.sync_interval_s)
@@ -536,11 +576,37 @@ class TuneLoop:
         self.suggested += 1
         return self._new_trial(config)
 
+    def _mirror_lag_s(self) -> float:
+        """How long the end of the experiment will wait for mirrors (the MLflow uploader's backlog)."""
+        lags = [0.0]
+        for cb in self.callbacks:
+            backlog = getattr(cb, "backlog_s", None)
+            if callable(backlog):
+                try:
+                    lags.append(float(backlog()))
+                except Exception:  # noqa: BLE001 - an estimate; never worth ending the experiment
+                    logger.debug("tuneplat: backlog estimate failed", exc_info=True)
+        return max(lags)
+
+    def _budget_spent(self) -> bool:
+        """Starting another trial would carry the end past the time budget: the mirror's backlog fills the rest."""
+        if self._deadline is None:
+            return False
+        lag = self._mirror_lag_s()
+        spent = self.executor.now() + lag >= self._deadline
+        if spent and not self._budget_note:
+            self._budget_note = True
+            self.reporter.say(f"tuneplat: not starting more trials for now: the MLflow mirror has ~{lag:.0f}s of runs "
+                              "to write, and the time budget's end waits for it.")
+        return spent
+
     def _launch_what_fits(self) -> None:
         """Start queued trials, then new ones, while the executor has room for each (chosen before reserving)."""
         limit = self.tc.max_concurrent_trials
         while True:
             if not self.queue and (self.searcher_done or self.searcher_blocked):
+                return
+            if self._budget_spent():
                 return
             if limit is not None and self.executor.running() >= limit:
                 return
@@ -735,8 +801,11 @@ class TuneLoop:
             trial.pending_decision = decision.value
             if decision is Decision.STOP:
                 trial.stop_reason = trial.stop_reason or reason
-            self.journal.append({"event": "decision", "trial_id": trial.trial_id, "iteration": iteration,
-                                 "decision": decision.value, "reason": reason})
+            decided: dict[str, Any] = {"event": "decision", "trial_id": trial.trial_id, "iteration": iteration,
+                                       "decision": decision.value, "reason": reason}
+            if decision is Decision.STOP:  # cut short by the scheduler (not its max_t, not a stop rule)?
+                decided["pruned"] = trial.stopped_by_scheduler
+            self.journal.append(decided)
             self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
         save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
         self.executor.answer(trial.trial_id, decision, save=save)
@@ -829,7 +898,7 @@ class TuneLoop:
             trial.attempts -= 1
             trial.status = TrialStatus.PENDING
             self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,
-                                 "reason": "a worker was lost before the trial started"})
+                                 "reason": event.message or "a worker was lost before the trial started"})
             self.queue.appendleft(trial)
         elif event.outcome is Outcome.FAILED and (not self.interrupted or trial.no_retry) and decision is None:
             self._on_failure(trial, run, event.message or "unknown failure", event.traceback)
@@ -869,7 +938,7 @@ class TuneLoop:
     def _fail_experiment(self, message: str, prefix: str = "") -> None:
         """End the experiment because of one trial's failure; the others stay restorable."""
         self.fail_fast_error = message
-        self.reporter.say(f"tuneplat: {prefix}{message}; ending the experiment")
+        self.reporter.say(f"tuneplat: {prefix}{message.rstrip('. ')}; ending the experiment")
         self.stopping = True
         self.interrupted = True  # leave the others restorable
         while self.queue:  # (restorable: they stay PENDING)
@@ -880,19 +949,36 @@ class TuneLoop:
     def _end_trial(self, trial: Trial, status: TrialStatus) -> None:
         assert self.journal is not None
         trial.status = status
-        self.journal.append({"event": "trial_end", "trial_id": trial.trial_id, "status": status.value,
-                             "error": trial.error, "traceback": trial.error_traceback,
-                             "stop_reason": trial.stop_reason, "iteration": trial.iteration})
+        end: dict[str, Any] = {"event": "trial_end", "trial_id": trial.trial_id, "status": status.value,
+                               "error": trial.error, "traceback": trial.error_traceback,
+                               "stop_reason": trial.stop_reason, "iteration": trial.iteration}
+        if trial.resumable:
+            end["resumable"] = True
+        self.journal.append(end)
         if status is TrialStatus.ERROR:
+            error_file = self._write_error_file(trial)
             self.scheduler.on_trial_error(trial.trial_id)
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True)
-            self.reporter.event(f"trial {trial.trial_id} ERROR: {trial.error}")
+            self.reporter.trial_error(trial, error_file)
+        elif trial.resumable:
+            pass  # not complete: the searcher and scheduler keep it as it was, for a restore
         else:
             self.scheduler.on_trial_complete(trial.trial_id, trial.last_result or None)
             info = {"pruned": True} if trial.stopped_by_scheduler else {}
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False, **info)
         for cb in self.callbacks:
             cb.on_trial_complete(self, trial)
+
+    def _write_error_file(self, trial: Trial) -> str | None:
+        """The trial's error and traceback in ``error.txt`` in its folder (as Ray); its path, or None."""
+        path = os.path.join(trial.path, "error.txt")
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write((trial.error_traceback or trial.error or "error").rstrip() + "\n")
+        except OSError:
+            logger.debug("tuneplat: could not write %s", path, exc_info=True)
+            return None
+        return path
 
     def _teardown_all(self, reason: str) -> None:
         """End every running group (Ctrl-C, SIGTERM, an error in the loop) and wait for them."""

@@ -17,15 +17,12 @@ from .._init import local_cpus, requested
 from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
 from ._channel import TunerUnreachable
+from ._errors import PlacementError
 from ._runner import CONNECT_TIMEOUT_S, channel_client_context
 
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
 
 logger = logging.getLogger("tuneplat")
-
-
-class PlacementError(ValueError):
-    """A trial can never fit the cluster."""
 
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -363,6 +360,31 @@ class Cluster:
                        hosts, address[0], address[1], example)
 
     def close(self) -> None:
+        procs = self._embedded_processes()
+        try:
+            self._close()
+        finally:
+            _end_processes(procs)
+
+    def _embedded_processes(self) -> list[Any]:
+        """The embedded cluster's worker processes and everything they started (DataLoader workers, ...)."""
+        if self.local_cluster is None:
+            return []
+        import psutil  # a dependency of distributed
+
+        procs: list[Any] = []
+        for nanny in list(getattr(self.local_cluster, "workers", {}).values()):
+            pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+            if not pid:
+                continue
+            try:
+                proc = psutil.Process(pid)
+                procs += [proc, *proc.children(recursive=True)]
+            except psutil.Error:
+                continue
+        return procs
+
+    def _close(self) -> None:
         with _quiet_distributed(self.local_cluster is not None):
             if self.local_cluster is not None:
                 # Workers first, so none heartbeats into a closing scheduler (a noisy traceback otherwise).
@@ -375,6 +397,35 @@ class Cluster:
             if self.local_cluster is not None:
                 self.local_cluster.close()
                 self._no_main.close()
+
+
+def _end_processes(procs: list[Any], grace_s: float = 5.0) -> None:
+    """Make sure ``procs`` (psutil processes) are gone: wait ``grace_s`` for them to leave, then SIGKILL.
+
+    ``LocalCluster.close()`` returns once its nannies gave up waiting: a worker
+    whose task thread was inside user code (a rank in a long step, a blocked
+    collective) could outlive it. Nothing the embedded cluster started may
+    outlive ``fit()``, whatever ended it.
+    """
+    if not procs:
+        return
+    import psutil
+
+    def running(p: Any) -> bool:  # zombies too: waiting for our own reaps them
+        try:
+            return bool(p.is_running())
+        except psutil.Error:
+            return False
+
+    _gone, left = psutil.wait_procs([p for p in procs if running(p)], timeout=grace_s)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.Error:
+            continue
+    if left:
+        logger.debug("tuneplat: killed %d process(es) of the embedded cluster that outlived its close", len(left))
+        psutil.wait_procs(left, timeout=grace_s)
 
 
 def _demand(seconds: float) -> None:

@@ -37,7 +37,8 @@ from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ..train._telemetry import system_metrics_period
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
-from ._cluster import Assignment, Cluster, Ledger, PlacementError
+from ._cluster import Assignment, Cluster, Ledger
+from ._errors import PlacementError
 from ._executor import (
     Ended,
     Event,
@@ -108,6 +109,8 @@ class _Group:
     waiting_answer: int | None = None  # the iteration whose report the loop has not answered yet
     first_report: dict[int, float] = field(default_factory=dict)  # iteration -> when its first rank reported
     path: str = ""  # the trial's folder
+    leases: list[Assignment] = field(default_factory=list)  # slots of groups this trial started (nested fits)
+    requeued: str | None = None  # the trial went back to the queue (every slot waited for a nested group): why
 
     @property
     def connected(self) -> bool:
@@ -116,10 +119,43 @@ class _Group:
 
 
 @dataclass
+class _LeaseAsk:
+    """A trial asks for slots for a group it starts itself (a ``TorchTrainer.fit()`` inside the trial)."""
+
+    group: _Group
+    rank: _Rank
+    request: dict[str, float]
+    n: int
+    strategy: str
+
+
+@dataclass
 class _Reservation:
     runner: _Rank | None = None  # an idle single-rank runner: the trial chains onto its Dask task
     placement: list[Assignment] | None = None
     request: Mapping[str, float] | None = None  # what each rank was reserved with
+    leased: int = 0  # this many ranks are placed at start() by the enclosing trial's tuner (see _LeasedLedger)
+
+
+class _LeasedLedger(Ledger):
+    """The ledger of an experiment that runs inside a trial (Ray Train V2's ``TorchTrainer.fit()`` in a Tune trial).
+
+    Its slots come from the tuner that runs the enclosing trial, through that
+    trial's connection (:meth:`~tuneplat.train._session.Session.lease`): that
+    tuner places the group beside the trial (never on the trial's own worker,
+    which its driver function holds) and counts the slots as taken until they
+    are given back. Its own view of the cluster only answers "can it ever fit".
+    """
+
+    def __init__(self, session: Any) -> None:
+        super().__init__()
+        self._session = session
+
+    def allocate(self, request: Any, n: int, strategy: str = "PACK") -> list[Assignment] | None:
+        return self._session.lease(dict(request), n, strategy)  # type: ignore[no-any-return]
+
+    def release(self, assignment: Assignment) -> None:
+        self._session.unlease(assignment.address)
 
 
 class DaskTrialExecutor(TrialExecutor):
@@ -177,6 +213,8 @@ class DaskTrialExecutor(TrialExecutor):
         self._wake_w: socket.socket | None = None
         self._deps: tuple[Any, ...] = ()
         self._closed = False
+        self._lease_queue: list[_LeaseAsk] = []  # trials waiting for slots for their own (nested) groups, oldest first
+        self._nested = False  # this experiment runs inside a trial: its slots are leased (see _LeasedLedger)
 
     # ------------------------------------------------------------------ setup
     def setup(self, ctx: ExecutorContext) -> None:
@@ -185,6 +223,14 @@ class DaskTrialExecutor(TrialExecutor):
         self.board = WorkerBoard(ctx.experiment_dir) if ctx.experiment_dir else None
         self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0),
                                security=self._security)
+        from ..train._session import current_session
+
+        outer = current_session()
+        if outer is not None and self._client_arg is None and self._address is None:
+            # a TorchTrainer.fit() (or a Tuner) inside a trial, on the trial's own cluster: the tuner of that trial
+            # places its groups beside the trial (a plain ledger here would place them on busy workers)
+            self.ledger = _LeasedLedger(outer)
+            self._nested = True
         bind = getattr(self.trainable, "_tuneplat_bind", None)
         if bind is not None:  # tune.with_parameters: its objects go to the cluster once, not with every task
             self.trainable, self._deps = bind(self.cluster.client)
@@ -268,6 +314,10 @@ class DaskTrialExecutor(TrialExecutor):
         ctx = self.ctx
         request = dict(ctx.request if request is None else request)
         world_size = ctx.world_size if world_size is None else world_size
+        if self._nested:  # one group at a time, placed (blocking) at start() by the enclosing trial's tuner
+            return None if self.groups or self.idle else _Reservation(request=request, leased=world_size)
+        if self._lease_queue:  # trials wait to place their own groups: they go first
+            return None
         if world_size == 1:
             # an idle runner first: the trial starts in the Dask task already there (when it was placed for as much)
             runner = self._take_idle(request)
@@ -292,6 +342,8 @@ class DaskTrialExecutor(TrialExecutor):
         self.ledger.check_fits_empty(request, world_size, self.ctx.placement_strategy)
 
     def unreserve(self, reservation: _Reservation) -> None:
+        if reservation.leased:
+            return
         if reservation.runner is not None:
             self.idle.append(reservation.runner)  # dismissed at the next poll unless a trial comes
         for a in reservation.placement or ():
@@ -299,6 +351,9 @@ class DaskTrialExecutor(TrialExecutor):
 
     def start(self, spec: TrialSpec, reservation: _Reservation) -> list[str]:
         runner = reservation.runner
+        if reservation.leased:  # waits until the enclosing trial's tuner has room beside the trial
+            reservation.placement = self.ledger.allocate(reservation.request or self.ctx.request, reservation.leased,
+                                                         self.ctx.placement_strategy)
         placement = [runner.assignment] if runner is not None else list(reservation.placement or ())
         token = new_token()
         hosts: list[str] = []
@@ -325,7 +380,7 @@ class DaskTrialExecutor(TrialExecutor):
                 checkpoint_path=spec.checkpoint_path, backend=backend, gpu_ids=list(a.gpu_ids),
                 host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
-                channel_tls=self.channel_tls, system_metrics_s=self.system_metrics_s,
+                channel_tls=self.channel_tls, trial_io=ctx.trial_io, system_metrics_s=self.system_metrics_s,
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)
@@ -509,11 +564,34 @@ class DaskTrialExecutor(TrialExecutor):
                     s.close()
                 except OSError:
                     pass
+        self._release_futures()
         if self.cluster is not None:
             try:
                 self.cluster.close()
             except Exception:  # noqa: BLE001 - the caller is closing after an error already
                 logger.warning("tuneplat: closing the Dask cluster failed", exc_info=True)
+
+    def _release_futures(self) -> None:
+        """Nothing of this fit stays wanted on the cluster: ``with_parameters``' scattered data, rank tasks.
+
+        On a user's long-lived cluster they would stay in workers' memory for
+        as long as this object lives; on a kept embedded cluster (scikit-learn's
+        searches) its scheduler would log "lose scattered data" when it closes.
+        """
+        futures = list(self._deps)
+        self._deps = ()
+        for group in list(self.groups.values()):
+            futures += [r.future for r in group.ranks]
+        futures += [rank.future for _group, rank in self.task_owner.values()]
+        futures += [r.future for r in self.idle]
+        for f in futures:
+            release = getattr(f, "release", None)
+            if release is None:
+                continue
+            try:
+                release()
+            except Exception:  # noqa: BLE001 - a client already closed holds nothing
+                logger.debug("tuneplat: releasing %r failed", f, exc_info=True)
 
     # ------------------------------------------------------------------ chained trials (idle runners)
     def _park(self, rank: _Rank) -> None:
@@ -536,6 +614,8 @@ class DaskTrialExecutor(TrialExecutor):
         rank.conn = None
         rank.channel = None
         self.ledger.release(rank.assignment)
+        if self._lease_queue:
+            self._serve_leases()
 
     def _take_idle(self, request: Mapping[str, float]) -> _Rank | None:
         """An idle runner that can take a trial asking ``request``: its connection is open, its worker still
@@ -697,6 +777,18 @@ class DaskTrialExecutor(TrialExecutor):
         elif kind == "started":
             assert conn.rank is not None
             conn.rank.started_ack = True
+        elif kind == "lease":
+            assert conn.rank is not None
+            self._on_lease(group, conn.rank, msg[1], msg[2], msg[3])
+        elif kind == "unlease":
+            self._on_unlease(group, msg[1])
+        elif kind == "requeue":  # the trial's nested fit was sent back to the queue (see _check_lease_deadlock)
+            assert conn.rank is not None
+            conn.rank.finished = "done"
+            group.lost_before_start = True
+            group.requeued = str(msg[1])
+            self._abort_group(group, "the trial goes back to the queue")
+            self._maybe_end_group(group)
         elif kind == "done":
             assert conn.rank is not None
             conn.rank.finished = "done"
@@ -708,6 +800,77 @@ class DaskTrialExecutor(TrialExecutor):
             conn.rank.offers_next = len(msg) > 3 and bool(msg[3])
             self._fail_group(group, f"rank {conn.rank.index}: {msg[1]}", msg[2])
             self._maybe_end_group(group)
+
+    # ------------------------------------------------------------------ groups started by trials (nested fits)
+    def _on_lease(self, group: _Group, rank: _Rank, request: Any, n: Any, strategy: Any) -> None:
+        """A trial starts a group of its own (``TorchTrainer.fit()`` in a Tune trial): place it beside the trial.
+
+        The trial keeps its own slot (its driver function runs there); the group
+        gets ``n`` other slots, as soon as they are free, before any new trial.
+        A group that can never fit beside the trial is refused at once, saying
+        how to size the cluster.
+        """
+        req = {str(k): float(v) for k, v in dict(request).items()}
+        n, strategy = int(n), str(strategy)
+        own = {r.assignment.address for r in group.ranks} | {a.address for a in group.leases}
+        pools = {k: list(v) for k, v in self.ledger._pool_size.items()}
+        if self.ledger._allocate(req, n, strategy, own | self.ledger.quarantined, pools) is None:
+            total = len(self.ledger.slots)
+            need = ", ".join(f"{k}={v:g}" for k, v in req.items())
+            self._send(rank, ("refused", (
+                f"the TorchTrainer started inside trial {group.trial_id} needs {n} rank(s) with {{{need}}} beside "
+                f"the trial, whose function holds {len(group.ranks)} worker slot(s) of the cluster's {total} "
+                f"({self.ledger.describe()}): such a trial needs {n + len(group.ranks)} slots in all. Lower "
+                f"ScalingConfig(num_workers=...), or give the cluster more workers (the embedded cluster: "
+                f"TUNEPLAT_NUM_CPUS={n + len(group.ranks)} or more; see docs/porting-from-ray.md)")))
+            return
+        self._lease_queue.append(_LeaseAsk(group, rank, req, n, strategy))
+        self._serve_leases()
+
+    def _on_unlease(self, group: _Group, address: str) -> None:
+        for a in group.leases:
+            if a.address == address:
+                group.leases.remove(a)
+                self.ledger.release(a)
+                break
+        self._serve_leases()
+
+    def _serve_leases(self) -> None:
+        """Place waiting nested groups, oldest first; when nothing can ever free a slot, requeue the newest trial."""
+        while self._lease_queue:
+            ask = self._lease_queue[0]
+            if ask.group.ended or ask.group.aborted or ask.rank.finished:
+                self._lease_queue.pop(0)
+                continue
+            got = self.ledger.allocate(ask.request, ask.n, ask.strategy)
+            if got is None and self.idle:  # idle runners hold slots: let them go
+                self._dismiss_idle()
+                got = self.ledger.allocate(ask.request, ask.n, ask.strategy)
+            if got is None:
+                break
+            self._lease_queue.pop(0)
+            ask.group.leases.extend(got)
+            self._send(ask.rank, ("leased", got))
+        if self._lease_queue:
+            self._check_lease_deadlock()
+
+    def _check_lease_deadlock(self) -> None:
+        """Every running trial waits to place a group and none can be placed: nothing will ever free a slot.
+
+        The newest waiting trial goes back to the queue (its driver function
+        ends now and runs again later; not a failure), freeing its slot; new
+        trials start only once the waiting groups are placed.
+        """
+        waiting = {id(a.group) for a in self._lease_queue}
+        if self.idle or any(g.leases or id(g) not in waiting for g in self.groups.values()):
+            return  # a group or a plain trial runs (or an idle runner leaves): slots will free up
+        ask = self._lease_queue.pop()
+        msg = (f"every worker slot is held by a trial waiting to place its TorchTrainer's ranks ({len(waiting)} such "
+               f"trial(s), {len(self.ledger.slots)} slots): trial {ask.group.trial_id} goes back to the queue and "
+               "starts again when there is room. To avoid this, set TuneConfig(max_concurrent_trials=...) to the "
+               "number of trials whose driver and ranks fit at once (docs/porting-from-ray.md)")
+        logger.info("tuneplat: %s", msg)
+        self._send(ask.rank, ("requeue", msg))
 
     def _drain_wake_events(self) -> None:
         while self._wake_events:
@@ -1004,6 +1167,9 @@ class DaskTrialExecutor(TrialExecutor):
         if self.board is not None:
             self.board.ended(group.trial_id, [rank_row(group.trial_id, r, state=r.finished or "done")
                                               for r in group.ranks])
+        for a in group.leases:  # its nested group's ranks end with it (they lose their tuner)
+            self.ledger.release(a)
+        group.leases.clear()
         if not parked and time.monotonic() - self._last_refresh > 1.0:
             self._refresh_ledger()  # workers may have left: look before placing more (a parked runner's is there)
         self.tokens.pop(token_id(group.token), None)
@@ -1011,12 +1177,14 @@ class DaskTrialExecutor(TrialExecutor):
         if group.failure is not None:
             outcome, (message, tb) = Outcome.FAILED, group.failure
         elif group.lost_before_start:
-            outcome, message, tb = Outcome.NOT_STARTED, "a worker was lost before the trial started", None
+            outcome, message, tb = (Outcome.NOT_STARTED, group.requeued or "a worker was lost before the trial started",
+                                    None)
         elif group.aborted:
             outcome, message, tb = Outcome.ABORTED, group.abort_reason, None
         else:
             outcome, message, tb = Outcome.FINISHED, None, None
         self._events.append(Ended(group.trial_id, outcome, message, tb))
+        self._serve_leases()  # slots were freed: waiting nested groups first
 
 
 def _process_gone(rank: Any) -> bool:

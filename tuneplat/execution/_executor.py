@@ -92,6 +92,8 @@ class ExecutorContext:
     #: the user's trainable before tuneplat wrapped it (the virtual-time executor runs this one)
     raw_trainable: Any = None
     say: Any = None  # callable(str): a line for the user's terminal (the progress reporter)
+    #: the trials' working directory and captured output (``execution._trial_io.TrialIO``; None: as they are)
+    trial_io: Any = None
 
 
 @dataclass(frozen=True)
@@ -236,8 +238,11 @@ class TrialExecutor(abc.ABC):
     def close(self) -> None:
         """Release everything (idempotent; must not raise)."""
 
-    def checkpoint_store(self) -> Any | None:
-        """The :class:`~tuneplat._storage.CheckpointStore` this executor's trials need (None: the storage's own)."""
+    def checkpoint_store(self, default: Any = None) -> Any | None:
+        """The :class:`~tuneplat._storage.CheckpointStore` this executor's trials need (None: ``default``).
+
+        ``default`` is the store the tuner uses for its storage path (local or remote).
+        """
         return None
 
     def now(self) -> float:

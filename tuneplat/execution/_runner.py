@@ -15,9 +15,10 @@ from datetime import timedelta
 from typing import Any
 
 from .._settings import env_seconds
-from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, _set_session
+from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
 from . import _stacks
 from ._channel import TokenRefused, connect
+from ._trial_io import apply_trial_io
 from ._wire import recv_msg, send_msg
 
 __all__ = ["run_rank"]
@@ -410,7 +411,8 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         elif spec.gpu_ids:
             _pin_gpu(spec)
         session.monitor.state = "training"
-        _call(trainable, spec.config)
+        with apply_trial_io(spec.trial_io, spec.trial_dir):
+            _call(trainable, spec.config)
         chainable = chainable and not _others_wait()
         idle = _send(session, ("done", chainable)) and chainable
     except StopTrial:
@@ -418,6 +420,9 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         idle = _send(session, ("done", chainable)) and chainable
     except TrialAborted:
         outcome = "aborted"
+    except TrialRequeued as exc:  # the tuner sends this trial back to its queue (see Session.lease)
+        outcome = "aborted"
+        _send(session, ("requeue", str(exc)))
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner
         outcome = "error"
         # a Python exception leaves the process healthy; SystemExit, KeyboardInterrupt & co. end the task

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .._journal import JournalError, read_journal
+from ..core._journal import JournalError, read_journal
 from ..search._space import flatten_dict
 
 if TYPE_CHECKING:

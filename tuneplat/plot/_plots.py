@@ -135,7 +135,7 @@ def _value_colors(values: list[float | None], mode: str | None) -> tuple[list[An
     return [cmap(norm(v)) if v is not None else (0.6, 0.6, 0.6, 0.6) for v in values], norm, cmap
 
 
-def _mark_legend(ax: Axes, counts: dict[str, int], extra: list[Any] | None = None) -> None:
+def _mark_legend(ax: Axes, counts: dict[str, int], extra: list[Any] | None = None, outside: bool = False) -> None:
     handles = list(extra or [])
     from matplotlib.lines import Line2D
 
@@ -144,7 +144,9 @@ def _mark_legend(ax: Axes, counts: dict[str, int], extra: list[Any] | None = Non
             marker, color, size, label = MARK_STYLE[kind]
             handles.append(Line2D([], [], ls="", marker=marker, color=color, markersize=math.sqrt(size),
                                   label=f"{label} ({n})"))
-    if handles:
+    if handles and outside:  # beside the axes: over them it would hide bars (the timeline's first trial is on top)
+        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    elif handles:
         ax.legend(handles=handles, fontsize=8, loc="best")
 
 
@@ -173,7 +175,8 @@ def _draw_marks(ax: Axes, exp: Experiment, metric: str, x: str, trials: Sequence
 
 
 def plot_learning_curves(source: Any, metric: str | None = None, *, x: str = "training_iteration",
-                         mode: str | None = None, log_y: bool = False, trials: Sequence[str] | None = None) -> Figure:
+                         mode: str | None = None, log_y: bool | None = None,
+                         trials: Sequence[str] | None = None) -> Figure:
     """Every trial's ``metric`` over ``x``, with the points where the scheduler acted on it.
 
     Marks (read from the journal's decisions): a red cross where a trial was
@@ -185,12 +188,18 @@ def plot_learning_curves(source: Any, metric: str | None = None, *, x: str = "tr
     that the best trial (by its last value) is drawn in red on top. A PBT
     trial's curve is broken where it took another trial's checkpoint.
 
+    The y range follows what the trials reach, not their first iterations: when
+    positive values span two orders of magnitude or more the axis is
+    log-scaled; otherwise first-iteration values far above the rest are
+    clipped (the title says so). Iteration ticks are whole numbers.
+
     Args:
         source: an experiment folder (``<storage_path>/<name>``), a ResultGrid or an :class:`Experiment`.
         metric: what to draw (default: the experiment's metric).
         x: ``"training_iteration"`` (default), ``"time"`` (``time_total_s``) or any reported metric.
         mode: "min"/"max", only to pick the colors (default: the experiment's).
-        log_y: log-scale the y axis.
+        log_y: log-scale the y axis (True), never (False), or when the values
+            span two orders of magnitude (None, the default).
         trials: trial ids to draw (default: all).
 
     Returns:
@@ -248,18 +257,31 @@ def plot_learning_curves(source: Any, metric: str | None = None, *, x: str = "tr
                             gid="best_curve")
             handles.append(Line2D([], [], color="#d62728", lw=1.8, label=f"best: {_trial_label(best)}"))
     counts = _draw_marks(ax, exp, metric, x, chosen)
-    if not few and norm is not None:
-        from matplotlib.cm import ScalarMappable
-
-        fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=f"last {metric}")
     _mark_legend(ax, counts, handles)
+    ys = [p[1] for seg in segs for p in seg if math.isfinite(p[1])]
+    later = [p[1] for seg in segs for p in seg[1:] if math.isfinite(p[1])]  # each curve without its first point
+    if log_y is None:
+        log_y = bool(ys) and min(ys) > 0 and max(ys) / min(ys) >= 100.0
+    clipped = ""
     if log_y:
         ax.set_yscale("log")
+    elif ys and later:
+        lo, hi = min(ys), max(ys)
+        top = max(later)
+        if top > lo and (hi - lo) > 3.0 * (top - lo):  # the first iterations would squash the rest
+            pad = 0.05 * (top - lo)
+            ax.set_ylim(lo - pad, top + pad)
+            clipped = "; y clipped above the later iterations"
+    if x == "training_iteration":
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(x)
-    ax.set_ylabel(metric)
+    ax.set_ylabel(metric + (" (log scale)" if log_y else ""))
     stopped = sum(1 for t in chosen if t.stopped_early)
     _title(ax, exp, f"{metric} of {len(chosen)} trials",
-           f"{stopped} stopped early" + (f" by {exp.scheduler}" if exp.scheduler and exp.scheduler != "fifo" else ""))
+           f"{stopped} stopped early" + (f" by {exp.scheduler}" if exp.scheduler and exp.scheduler != "fifo" else "")
+           + clipped)
     ax.grid(alpha=0.3)
     return fig
 
@@ -829,7 +851,7 @@ def plot_timeline(source: Any) -> Figure:
         ax.set_ylabel("trial (creation order)")
     ax.set_xlabel("seconds since the experiment started (tuner's clock)")
     handles = [Line2D([], [], color=colors[h], lw=4, label=f"attempt ended: {h}") for h in colors if h in used]
-    _mark_legend(ax, counts, handles)
+    _mark_legend(ax, counts, handles, outside=True)
     ax.grid(axis="x", alpha=0.3)
     _title(ax, exp, f"timeline of {n} trials and the scheduler's decisions")
     return fig

@@ -107,6 +107,9 @@ class BasicVariantGenerator(Searcher):
         self._grid = grid_variants(self._space)
         # Ray's rule: each point fills one repetition of the grid (num_samples grows if there are more points);
         # grid keys a point fixes are not crossed again (Ray's docstring example: 6 trials, not 8)
+        if self._num_samples < 0:  # -1: sample until the experiment is stopped (Ray's meaning)
+            self.total = 0
+            return True
         self._num_samples = max(self._num_samples, len(self._points))
         self.total = (sum(len(self._grid_for(p)) for p in self._points)
                       + (self._num_samples - len(self._points)) * len(self._grid))
@@ -125,7 +128,7 @@ class BasicVariantGenerator(Searcher):
 
     def _next(self) -> dict[str, Any] | None:
         if not self._pending:
-            if self._sample_index >= self._num_samples:
+            if 0 <= self._num_samples <= self._sample_index:
                 return None
             self._sample_index += 1
             point = self._points.pop(0) if self._points else None

@@ -928,7 +928,7 @@ class OptunaPrunerScheduler(TrialScheduler):
             )
         return self._study
 
-    def set_objective(self, metric: str | None, mode: str | None) -> None:
+    def set_objective(self, metric: str | list[str] | None, mode: str | list[str] | None) -> None:
         if isinstance(metric, (list, tuple)):
             raise ValueError("OptunaPrunerScheduler is single-objective: Optuna pruners do not "
                              "support multi-objective studies.")

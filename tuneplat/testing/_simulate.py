@@ -26,10 +26,10 @@ from typing import Any
 
 from .. import schedulers as _schedulers
 from .._config import RunConfig, TuneConfig
-from .._journal import read_journal
-from .._restore import load_trials
-from .._trial import Trial
 from .._tuner import Tuner
+from ..core._journal import read_journal
+from ..core._replay import load_trials
+from ..core._trial import Trial
 from ..execution._executor import TrialSpec
 from ..search._searcher import Searcher
 from ._virtual import VirtualTimeExecutor
@@ -42,6 +42,7 @@ SCHEDULER_NAMES = {
     "asha": "ASHAScheduler",
     "async_hyperband": "AsyncHyperBandScheduler",
     "hyperband": "HyperBandScheduler",
+    "pasha": "PASHAScheduler",
     "median": "MedianStoppingRule",
     "median_stopping": "MedianStoppingRule",
     "pbt": "PopulationBasedTraining",
@@ -75,9 +76,13 @@ class SimulationReport:
     truncated: int
     stops: dict[str, int] = field(default_factory=dict)
     recorded_stops: dict[str, int] = field(default_factory=dict)
+    #: every simulated result in virtual-time order: ``(virtual time, trial-seconds of that iteration, metric value)``
+    timeline: list[tuple[float, float, Any]] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("timeline", None)
+        return out
 
     def table(self) -> str:
         r, s = self.recorded, self.simulated
@@ -100,8 +105,8 @@ class SimulationReport:
         settings = ", ".join(f"{k}={v!r}" for k, v in self.settings.items()) or "defaults"
         lines.insert(0, f"{self.experiment}: replayed under {self.scheduler} ({settings}), {self.slots} slot(s)")
         if self.truncated:
-            lines.append(f"{self.truncated} recorded curve(s) ended before the simulated scheduler stopped them "
-                         "(the recorded run stopped them earlier): its figures are lower bounds.")
+            lines.append(f"{self.truncated} recorded curve(s) were cut short by the recorded run's scheduler before "
+                         "the simulated one would have stopped them: its figures are lower bounds.")
         return "\n".join(lines)
 
 
@@ -170,6 +175,24 @@ def _recorded_slots(journal: list[dict[str, Any]]) -> int:
 def _recorded_stops(journal: list[dict[str, Any]]) -> dict[str, int]:
     return {e["trial_id"]: int(e.get("iteration") or 0) for e in journal
             if e.get("event") == "decision" and e.get("decision") == "STOP"}
+
+
+#: stop reasons that end a curve where it was meant to end (not cut short): the recorded curve is whole
+_COMPLETE_REASONS = ("stop criteria met",)
+
+
+def _cut_short(journal: list[dict[str, Any]]) -> set[str]:
+    """Trials whose recorded curve a scheduler cut short (not those that met their stop criteria or max_t)."""
+    out: set[str] = set()
+    for e in journal:
+        if e.get("event") != "decision" or e.get("decision") != "STOP":
+            continue
+        pruned = e.get("pruned")
+        if pruned is None:  # a journal written before the flag: judge by the reason
+            pruned = str(e.get("reason") or "") not in _COMPLETE_REASONS
+        if pruned:
+            out.add(str(e["trial_id"]))
+    return out
 
 
 def make_scheduler(name: str, settings: Mapping[str, Any], metric: str, mode: str) -> Any:
@@ -251,22 +274,32 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
     sim_curves: dict[str, list[dict[str, Any]]] = {}
     stops: dict[str, int] = {}
     sim_stops = _recorded_stops(sim_journal)
+    sim_results: dict[str, list[dict[str, Any]]] = {}  # from the journal (no DataFrame per trial: --recommend replays many)
+    for e in sim_journal:
+        if e.get("event") == "result" and isinstance(e.get("result"), dict):
+            sim_results.setdefault(str(e.get("trial_id")), []).append(e["result"])
     truncated = 0
+    timeline: list[tuple[float, float, Any]] = []
+    cut_short = _cut_short(journal)
     for sim_id, rec in searcher.assigned.items():
         res = by_sim_id.get(sim_id)
         if res is None:
             continue
         t = Trial(trial_id=rec.trial_id, config=dict(rec.config), path="", name=rec.name)
         sim_trials.append(t)
-        sim_curves[rec.trial_id] = [dict(m) for m in res.metrics_dataframe.to_dict("records")] if res.metrics else []
+        sim_curves[rec.trial_id] = sim_results.get(sim_id, [])
+        for row in sim_curves[rec.trial_id]:
+            timeline.append((float(row.get("timestamp") or 0.0), float(row.get("time_this_iter_s") or 0.0),
+                             row.get(metric)))
         if sim_id in sim_stops:
             stops[rec.trial_id] = sim_stops[sim_id]
-        elif len(sim_curves[rec.trial_id]) >= len(curves[rec.trial_id]) and rec.trial_id in _recorded_stops(journal):
-            truncated += 1  # the recorded run stopped it here; the simulated scheduler would have gone on
+        elif len(sim_curves[rec.trial_id]) >= len(curves[rec.trial_id]) and rec.trial_id in cut_short:
+            truncated += 1  # the recorded run's scheduler cut it short here; the simulated one would have gone on
     return SimulationReport(
         experiment=path, metric=metric, mode=mode, scheduler=sched_name, settings=settings, slots=slots,
         recorded=_figures(trials, curves, metric, mode), simulated=_figures(sim_trials, sim_curves, metric, mode),
         truncated=truncated, stops=stops, recorded_stops=_recorded_stops(journal),
+        timeline=sorted(timeline, key=lambda item: item[0]),
     )
 
 

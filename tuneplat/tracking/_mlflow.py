@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._callbacks import Callback
 from .._config import MLflowConfig
 from .._redact import redact
 from .._settings import env_seconds
+from ..core._callbacks import Callback
 
 __all__ = ["MLflowCallback", "default_tracking_uri", "experiment_tags"]
 
@@ -50,6 +50,8 @@ def _flush_timeout() -> float:
     """Seconds the end-of-experiment flush waits without any progress before giving up."""
     return env_seconds("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", 30)
 
+#: seconds the uploader typically takes per trial run (create, params, metrics, end) on a local store
+_TYPICAL_RUN_S = 0.03
 #: extra seconds the tuner waits for an uploader stuck in one request (2 retries x 20 s timeout + backoff)
 STUCK_GRACE_S = 90.0
 #: seconds the uploader gathers events before one round of log_batch calls
@@ -1091,6 +1093,9 @@ class MLflowCallback(Callback):
         self.unlogged: dict[str, int] = {}
         self._superseded: set[str] = set()
         self._system_steps: dict[tuple[str, int], int] = {}  # (trial, rank) -> last system-metrics step
+        self._added = 0  # trials sent to the uploader, and runs it confirmed: the mirror's backlog
+        self._created = 0
+        self._first_add: float | None = None
         # start (or find) the uploader process now: its ~3 s of start-up overlap the cluster's
         _POOL.warm(_uploader_env())
 
@@ -1104,8 +1109,10 @@ class MLflowCallback(Callback):
         if up is None:
             return
         for key, run_id, experiment_id in up.take_created():
+            new = key != PARENT and key not in self.run_ids
             self.run_ids[key] = run_id
             self.experiment_id = experiment_id
+            self._created += new
             if key == PARENT:
                 ctrl.journal.append({"event": "mlflow_parent_run", "run_id": run_id,
                                      "experiment_id": experiment_id, "tracking_uri": self.tracking_uri})
@@ -1142,7 +1149,7 @@ class MLflowCallback(Callback):
 
     # ---------------------------------------------------------------- hooks
     def on_experiment_start(self, ctrl: Any) -> None:
-        from .._journal import read_journal
+        from ..core._journal import read_journal
 
         cfg = self.config
         storage_path = os.path.dirname(ctrl.experiment_dir)
@@ -1202,8 +1209,24 @@ class MLflowCallback(Callback):
                 t.mlflow_run_id = self._journaled[t.trial_id]
             self._put("run", t.trial_id, self._trial_spec(ctrl, t, resume=True))
 
+    def backlog_s(self) -> float:
+        """About how long the uploader needs to write the trials it has not created yet (0 when unknown).
+
+        The tuner stops starting trials when this would carry the end of the
+        experiment past its time budget (the end waits for the mirror).
+        """
+        pending = self._added - self._created
+        if pending <= 0 or self._first_add is None:
+            return 0.0
+        if self._created < 3:  # the uploader is starting (not the trials' time): a typical pace
+            return pending * _TYPICAL_RUN_S
+        return pending * (time.monotonic() - self._first_add) / self._created
+
     def on_trial_add(self, ctrl: Any, trial: Any) -> None:
         self._drain_created(ctrl)
+        self._added += 1
+        if self._first_add is None:
+            self._first_add = time.monotonic()
         self._put("run", trial.trial_id, self._trial_spec(ctrl, trial))
 
     def on_trial_start(self, ctrl: Any, trial: Any) -> None:

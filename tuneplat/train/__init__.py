@@ -16,6 +16,7 @@ from ._session import (
     report,
 )
 from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
+from .data import DataConfig, DataIterator, get_dataset_shard
 
 
 def __getattr__(name: str) -> object:
@@ -30,6 +31,8 @@ __all__ = [
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointUploadMode",
+    "DataConfig",
+    "DataIterator",
     "DataParallelTrainer",
     "FailureConfig",
     "PreemptionInfo",
@@ -42,6 +45,7 @@ __all__ = [
     "TrainingFailedError",
     "get_checkpoint",
     "get_context",
+    "get_dataset_shard",
     "get_preemption_info",
     "report",
 ]

@@ -40,6 +40,15 @@ class TrialAborted(BaseException):
     """Raised from ``report()`` when the group is being torn down (another rank failed, the tuner ended)."""
 
 
+class TrialRequeued(BaseException):
+    """Raised in a trial whose nested ``TorchTrainer.fit()`` the tuner sends back to the queue.
+
+    Every worker slot is held by trials waiting to place their own groups: the
+    tuner ends the newest of them (its driver function runs again later, not
+    counted as a failure) so that the others can run.
+    """
+
+
 @dataclass
 class RankSpec:
     """Everything one rank needs; built by the tuner, shipped with the Dask task."""
@@ -71,6 +80,7 @@ class RankSpec:
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     system_metrics_s: float = 5.0  # how often the rank samples CPU/memory/GPU (0: never); see train/_telemetry.py
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
+    trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
 
 
 class TrainContext:
@@ -161,6 +171,11 @@ class Session:
         with self.send_lock:
             send_msg(self.sock, msg)
 
+    def ask(self, msg: Any) -> Any:
+        """Send ``msg`` to the tuner and wait for its reply (a report's decision)."""
+        self.send(msg)
+        return recv_msg(self.sock)
+
     def _stage(self, folder: str) -> None:
         name = checkpoint_name(self.iteration)
         if self.spec.remote_trial_dir is not None:
@@ -203,8 +218,7 @@ class Session:
         self.monitor.on_report(metrics)
         self.monitor.state = "reporting"  # waiting for the tuner's decision (every rank of the group reports)
         try:
-            self.send(("report", self.iteration, result, staged))
-            reply = recv_msg(self.sock)
+            reply = self.ask(("report", self.iteration, result, staged))
         except (ConnectionError, OSError) as exc:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
         self.monitor.state = "training"
@@ -220,6 +234,47 @@ class Session:
             raise TrialAborted(reply[1])
         raise RuntimeError(f"unexpected message from the tuner: {reply!r}")
 
+
+    def lease(self, request: dict[str, float], n: int, strategy: str) -> list[Any]:
+        """Worker slots for a group that this trial starts (a nested ``TorchTrainer.fit()``), from the tuner.
+
+        Blocks until the tuner that runs this trial places ``n`` ranks of
+        ``request`` beside it (on workers other than its own), and returns their
+        :class:`~tuneplat.execution._cluster.Assignment` s.
+
+        Raises:
+            PlacementError: the group can never fit beside this trial.
+            TrialRequeued: the tuner sends this trial back to its queue (every slot waits for a group).
+            TrialAborted: this trial is being ended.
+        """
+        try:
+            self.send(("lease", dict(request), int(n), strategy))
+        except OSError as exc:
+            raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
+        while True:
+            try:
+                reply = recv_msg(self.sock)
+            except (ConnectionError, OSError) as exc:
+                raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
+            kind = reply[0]
+            if kind == "leased":
+                return list(reply[1])
+            if kind == "refused":
+                from ..execution._errors import PlacementError
+
+                raise PlacementError(reply[1])
+            if kind == "requeue":
+                raise TrialRequeued(reply[1])
+            if kind == "abort":
+                raise TrialAborted(reply[1])
+            raise RuntimeError(f"unexpected message from the tuner while placing a group: {reply!r}")
+
+    def unlease(self, address: str) -> None:
+        """Give back one slot :meth:`lease` gave (the group's rank there ended)."""
+        try:
+            self.send(("unlease", address))
+        except OSError:
+            pass  # the tuner frees a trial's slots when the trial ends anyway
 
     def save_late(self, folder: str) -> None:
         """Stage ``folder`` as the checkpoint of the step just reported (the tuner asked for it in its answer).
@@ -311,14 +366,21 @@ _local = threading.local()
 _process_session: Session | None = None
 
 
-def _set_session(session: Session | None) -> None:
+def _set_session(session: Session | None, *, process_wide: bool = True) -> None:
+    """Make ``session`` the calling thread's (and, ``process_wide``, every other thread's without one)."""
     global _process_session
     _local.session = session
-    _process_session = session
+    if process_wide:
+        _process_session = session
+
+
+def _current_session() -> Session | None:
+    """The calling thread's session, else the process's, else None."""
+    return getattr(_local, "session", None) or _process_session
 
 
 def _get_session(fn: str) -> Session:
-    session = getattr(_local, "session", None) or _process_session
+    session = _current_session()
     if session is None:
         raise RuntimeError(
             f"tuneplat.{fn}() was called outside a trial. Call it from the function you pass to "

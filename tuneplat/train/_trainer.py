@@ -8,6 +8,7 @@ from typing import Any
 
 from .._config import RunConfig, ScalingConfig
 from ..trainables._base import ConvertibleTrainer, TrainerParts
+from ._session import current_session
 
 __all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
 
@@ -35,6 +36,25 @@ def _with_loop_config(fn: Callable[..., Any], torch_config: Any = None) -> Calla
 _TRAINER_FILE = "trainer.pkl"
 
 
+def _nested_run(run_config: RunConfig | None) -> RunConfig:
+    """A Trainer fitted inside a Tune trial: the trial is what MLflow and the status table show.
+
+    Unless the run config says otherwise, its own run logs nothing to MLflow
+    and prints no status table (its results reach the trial through
+    ``TuneReportCallback``); its groups are placed beside the trial by the
+    trial's tuner (``execution/_dask_executor.py``, ``_LeasedLedger``).
+    """
+    import dataclasses
+
+    rc = run_config or RunConfig()
+    changes: dict[str, Any] = {}
+    if rc.mlflow is None:
+        changes["mlflow"] = False
+    if rc.verbose == 1:
+        changes["verbose"] = 0
+    return dataclasses.replace(rc, **changes) if changes else rc
+
+
 class DataParallelTrainer(ConvertibleTrainer):
     """Runs ``train_loop_per_worker(config)`` on ``scaling_config.num_workers`` ranks (``ray.train.DataParallelTrainer``).
 
@@ -56,9 +76,6 @@ class DataParallelTrainer(ConvertibleTrainer):
                  resume_from_checkpoint: Any = None, backend_config: Any = None, dataset_config: Any = None) -> None:
         if not callable(train_loop_per_worker):
             raise TypeError(f"train_loop_per_worker must be a function, got {type(train_loop_per_worker).__name__}")
-        if datasets:
-            raise NotImplementedError(f"{self._name}(datasets=...) (Ray Data) is not ported: load the data inside "
-                                      "train_loop_per_worker and shard it with train.torch.prepare_data_loader(...).")
         if resume_from_checkpoint is not None:
             raise NotImplementedError(f"{self._name}(resume_from_checkpoint=...) is not ported: continue an "
                                       f"interrupted run with {self._name}.restore(path), or load the checkpoint "
@@ -75,11 +92,35 @@ class DataParallelTrainer(ConvertibleTrainer):
                             f"got {type(torch_config).__name__}")
         self.torch_config = torch_config
         self._restore_path: str | None = None
+        self.datasets: dict[str, Any] | None = None
+        self.dataset_config: Any = dataset_config
+        self._sources: dict[str, Any] | None = None
+        self._dataset_names: list[str] = []
+        if datasets is not None or dataset_config is not None:
+            from .data._config import DataConfig
+            from .data._source import as_sources
+
+            if dataset_config is None:
+                dataset_config = DataConfig()
+            if not isinstance(dataset_config, DataConfig):
+                raise TypeError(f"dataset_config must be a tuneplat.train.DataConfig(...), got "
+                                f"{type(dataset_config).__name__}")
+            self.dataset_config = dataset_config
+            if datasets is not None:
+                self._sources = as_sources(datasets, int(self.scaling_config.num_workers or 1))
+                self.datasets = dict(datasets)
+                self._dataset_names = list(self._sources)
+                dataset_config.check_names(self._dataset_names)
 
     def as_trainable(self) -> TrainerParts:
-        """This trainer as the function each rank runs, with its config, resources and run config."""
+        """This trainer as the function each rank runs (with its datasets), its config, resources and run config."""
+        fn = _with_loop_config(self.train_loop_per_worker, self.torch_config)
+        if self._sources:
+            from .data._loop import DatasetLoop
+
+            fn = DatasetLoop(fn, self._sources, self.dataset_config)
         return TrainerParts(
-            fn=_with_loop_config(self.train_loop_per_worker, self.torch_config),
+            fn=fn,
             train_loop_config=dict(self.train_loop_config or {}), scaling_config=self.scaling_config,
             run_config=self.run_config)
 
@@ -95,10 +136,14 @@ class DataParallelTrainer(ConvertibleTrainer):
 
         from .._tuner import Tuner
 
+        run_config = self.run_config
+        if current_session() is not None:  # inside a Tune trial (Ray Train V2's Train-in-Tune): see _nested_run
+            run_config = _nested_run(run_config)
         if self._restore_path is not None:
-            tuner = Tuner.restore(self._restore_path, self, resume_errored=True, client=self.client)
+            tuner = Tuner.restore(self._restore_path, self, resume_errored=True, client=self.client,
+                                  run_config=run_config if run_config is not self.run_config else None)
         else:
-            tuner = Tuner(self, run_config=self.run_config, client=self.client)
+            tuner = Tuner(self, run_config=run_config, client=self.client)
             try:  # what restore() needs when it is not given the training function again (Ray's trainer.pkl)
                 os.makedirs(tuner.experiment_dir, exist_ok=True)
                 path = os.path.join(tuner.experiment_dir, _TRAINER_FILE)  # its run_config may hold credentials
@@ -107,6 +152,7 @@ class DataParallelTrainer(ConvertibleTrainer):
             except Exception:  # noqa: BLE001 - restore then needs train_loop_per_worker=
                 pass
         tuner._caller = f"{self._name}.fit()"
+        tuner._chdir_to_trial_dir = False  # Ray Train V2: a Trainer's workers keep their working directory
         result = tuner.fit()[0]
         if result.error is not None:
             raise TrainingFailedError(f"Training failed: {result.error}") from result.error
@@ -119,6 +165,8 @@ class DataParallelTrainer(ConvertibleTrainer):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["client"] = None  # a live Dask client is not part of the trainer's definition
+        state["datasets"] = None  # data is given again to restore() (as in Ray); only the names are kept
+        state["_sources"] = None
         return state
 
     @classmethod
@@ -162,6 +210,12 @@ class DataParallelTrainer(ConvertibleTrainer):
         if not cls.can_restore(folder):
             raise FileNotFoundError(f"{path} is not a run that can be restored (no readable journal.jsonl).")
         fn = train_loop_per_worker or saved.train_loop_per_worker  # type: ignore[union-attr]
+        names = list(getattr(saved, "_dataset_names", None) or [])
+        if names and kwargs.get("datasets") is None:
+            raise ValueError(f"The run in {path} was given datasets {names}: pass them again, "
+                             f"{cls.__name__}.restore({path!r}, datasets={{...}}) (they are not saved with the run).")
+        if names and "dataset_config" not in kwargs and saved is not None:
+            kwargs["dataset_config"] = saved.dataset_config
         trainer = cls(fn, train_loop_config=train_loop_config if train_loop_config is not None else
                       (saved.train_loop_config if saved else None),
                       scaling_config=kwargs.pop("scaling_config", saved.scaling_config if saved else None),

@@ -114,7 +114,7 @@ class _ReportMixin:
         """Count the step for the rank's steps/s and samples/s (``tuneplat status --workers``)."""
         session = _sessions.current_session()
         if session is not None:
-            from ..torch import _batch_len
+            from ..torch._torch import _batch_len
 
             session.monitor.on_batch(_batch_len(batch))
 

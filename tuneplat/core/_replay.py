@@ -9,9 +9,9 @@ from typing import Any
 
 import cloudpickle
 
-from ._checkpoint import Checkpoint
+from .._checkpoint import Checkpoint
+from .._storage import fs_for_url, is_remote, remote_is_committed
 from ._journal import JournalError, read_journal
-from ._storage import fs_for_url, is_remote, remote_is_committed
 from ._trial import Trial, TrialStatus
 
 __all__ = ["TunerStateError", "load_trials", "load_tuner_state", "prepare_resume", "restore_problem", "save_tuner_state",
@@ -32,7 +32,7 @@ def _without_secrets(state: dict[str, Any]) -> dict[str, Any]:
     """
     import dataclasses
 
-    from ._redact import has_credentials, strip_credentials
+    from .._redact import has_credentials, strip_credentials
 
     rc = state.get("run_config")
     if rc is None or not dataclasses.is_dataclass(rc):
@@ -233,6 +233,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
             t.error = ev.get("error")
             t.error_traceback = ev.get("traceback")
             t.stop_reason = ev.get("stop_reason")
+            t.resumable = bool(ev.get("resumable"))
     for t in trials.values():
         _drop_missing_checkpoints(t)
         _recover_result_of_last_checkpoint(t)
@@ -268,8 +269,10 @@ def prepare_resume(experiment_dir: str, *, resume_errored: bool = False, restart
     """Trials ready for a resumed run: unfinished ones PENDING (they resume from their checkpoint)."""
     trials, _ = load_trials(experiment_dir, storage_fs, trusted=True)  # a restore: the user's own folder
     for t in trials:
-        if t.status in (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING):
+        if t.status in (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING) or t.resumable:
             t.status = TrialStatus.PENDING
+            t.resumable = False
+            t.stop_reason = None
         elif t.status == TrialStatus.ERROR and (resume_errored or restart_errored):
             t.status = TrialStatus.PENDING
             t.num_failures = 0

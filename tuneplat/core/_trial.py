@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ._checkpoint import Checkpoint
+from .._checkpoint import Checkpoint
 
 __all__ = ["Trial", "TrialStatus"]
 
@@ -72,6 +72,8 @@ class Trial:
     #: restore took its last result from its last checkpoint's metrics (the tuner died between the two journal
     #: lines): the resumed run journals it again, or the next restore would lose it
     recovered_result: bool = False
+    #: ended only because the experiment ended early (fail_fast, a misspelt metric): a restore resumes it
+    resumable: bool = False
 
     def __str__(self) -> str:
         return self.name
@@ -92,7 +94,7 @@ class Trial:
     @property
     def experiment_tag(self) -> str:
         """A short tag of the trial's config values, as Ray's (e.g. ``3_lr=0.0100,layers=2``)."""
-        from .search._space import flatten_dict
+        from ..search._space import flatten_dict
 
         index = self.trial_id.rsplit("_", 1)[-1].lstrip("0") or "0"
         parts = []
@@ -104,7 +106,7 @@ class Trial:
     @property
     def evaluated_params(self) -> dict[str, Any]:
         """The config, flattened (``"a/b"`` keys)."""
-        from .search._space import flatten_dict
+        from ..search._space import flatten_dict
 
         return dict(flatten_dict(self.config))
 

@@ -1,0 +1,84 @@
+"""Module-level training loops for the data-ingest tests (Dask workers import them by reference)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tuneplat.train as train
+
+
+def record(config: dict) -> None:
+    """Reads ``config["name"]`` for ``config["epochs"]`` epochs; writes what each rank saw to the trial folder."""
+    ctx = train.get_context()
+    shard = train.get_dataset_shard(config.get("name", "train"))
+    kw = config.get("iter_kwargs", {})
+    once = shard.iter_batches(batch_size=config.get("batch_size", 7), **kw)  # made once, looped over every epoch
+    for epoch in range(config.get("epochs", 2)):
+        ids: list = []
+        batches = 0
+        sizes = []
+        each = once if config.get("reuse") else shard.iter_batches(batch_size=config.get("batch_size", 7), **kw)
+        for batch in each:
+            col = batch[config.get("column", "id")]
+            ids.extend(int(v) for v in (col[:, 0] if col.ndim > 1 else col))
+            batches += 1
+            sizes.append(len(col))
+        seen = {"ids": ids, "batches": batches, "sizes": sizes, "world": ctx.get_world_size()}
+        if "whole" in config:
+            seen["whole"] = sorted(int(v) for b in train.get_dataset_shard(config["whole"]).iter_batches(batch_size=50)
+                                   for v in b["id"])
+        path = os.path.join(ctx.get_trial_dir(), f"rank{ctx.get_world_rank()}_epoch{epoch}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(seen, f)
+        train.report({"epoch": epoch, "batches": batches})
+
+
+def torch_batches(config: dict) -> None:
+    """Reads tensors; reports their types, dtypes and devices."""
+    import torch
+
+    from tuneplat.train.torch import get_device
+
+    shard = train.get_dataset_shard()
+    seen = set()
+    rows = 0
+    for batch in shard.iter_torch_batches(batch_size=16, dtypes=torch.float32):
+        for name, t in batch.items():
+            assert isinstance(t, torch.Tensor), type(t)
+            seen.add((name, str(t.dtype), str(t.device)))
+        rows += len(batch["x"])
+    train.report({"seen": sorted(seen), "rows": rows, "device": str(get_device())})
+
+
+def train_linear(config: dict) -> None:
+    """A small DDP regression over the shard, one report per epoch (for ASHA)."""
+    import torch
+
+    from tuneplat.train.torch import prepare_model
+
+    model = prepare_model(torch.nn.Linear(3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    shard = train.get_dataset_shard("train")
+    for _ in range(config.get("epochs", 3)):
+        total, n = 0.0, 0
+        for batch in shard.iter_torch_batches(batch_size=32, dtypes=torch.float32):
+            x = torch.stack([batch["a"], batch["b"], batch["c"]], dim=1)
+            loss = torch.nn.functional.mse_loss(model(x).squeeze(1), batch["y"])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss) * len(x)
+            n += len(x)
+        train.report({"loss": total / max(n, 1)})
+
+
+def bad_name(config: dict) -> None:
+    train.get_dataset_shard("nope")
+
+
+def failing_preprocess(df):
+    """A user's preprocessing that fails on one partition."""
+    if len(df) and int(df["id"].iloc[0]) == 30:
+        raise ValueError("bad row in the input")
+    return df

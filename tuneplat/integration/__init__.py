@@ -1,0 +1,1 @@
+"""``ray.tune.integration``: glue between Tune and other libraries (``tuneplat.tune.integration``)."""
