@@ -31,7 +31,7 @@ from typing import Any
 
 from .._checkpoint import Checkpoint
 from .._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-from .._journal import read_journal
+from ..core._journal import read_journal
 from .._trainable import Trainable
 from .._tuner import Tuner
 from .._wrappers import with_parameters
