@@ -31,10 +31,10 @@ from typing import Any
 
 from .._checkpoint import Checkpoint
 from .._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-from ..core._journal import read_journal
 from .._trainable import Trainable
 from .._tuner import Tuner
 from .._wrappers import with_parameters
+from ..core._journal import read_journal
 from ..execution._executor import TrialExecutor
 from ..search._domains import grid_search
 from ..train._session import get_checkpoint, get_context, report

@@ -267,4 +267,26 @@ def prepare_trainer(trainer: Any) -> Any:
         raise RuntimeError(
             f"Invalid cluster environment plugin: {type(environment).__name__}. Pass "
             "plugins=[RayLightningEnvironment()] (from tuneplat.train.lightning) to the Trainer.")
+    _logs_in_trial_dir(trainer)
     return trainer
+
+
+def _logs_in_trial_dir(trainer: Any) -> None:
+    """A Trainer left at its default root (the current directory) logs and saves inside the trial's folder.
+
+    Tune trials run in their trial folder already; a ``TorchTrainer``'s own
+    ``fit()`` keeps the worker's working directory (as Ray Train V2 does): then
+    the default ``lightning_logs/`` (and the checkpoints Lightning saves there)
+    goes to the trial folder instead of that directory.
+    """
+    session = _sessions.current_session()
+    cwd = os.getcwd()
+    if session is None or os.path.abspath(str(getattr(trainer, "_default_root_dir", ""))) != cwd:
+        return
+    trial_dir = session.spec.trial_dir
+    trainer._default_root_dir = trial_dir
+    for lg in getattr(trainer, "loggers", []):
+        for attr in ("_root_dir", "_save_dir"):  # TensorBoardLogger / CSVLogger (Lightning 2.x)
+            root = getattr(lg, attr, None)
+            if root is not None and os.path.abspath(str(root)) == cwd:
+                setattr(lg, attr, trial_dir)

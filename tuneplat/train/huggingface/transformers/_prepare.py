@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import transformers
 from torch.utils.data import DataLoader, IterableDataset
+
+from ... import _session as _sessions
 
 __all__ = ["prepare_trainer"]
 
@@ -49,10 +52,12 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
 
     * takes iterables of ready batches as ``train_dataset``/``eval_dataset``
       (``train.get_dataset_shard("train").iter_torch_batches(batch_size=8)``),
-      already sharded per rank, as Ray's ``prepare_trainer`` does for Ray Data.
-
-    A relative ``output_dir`` lands in the trial's folder: the function runs
-    there (Ray's working-directory rule, ``TUNEPLAT_CHDIR_TO_TRIAL_DIR``).
+      already sharded per rank, as Ray's ``prepare_trainer`` does for Ray Data;
+    * puts a relative ``output_dir`` inside the trial's folder when the
+      function does not already run there (a ``TorchTrainer``'s own ``fit()``
+      keeps the worker's directory, as Ray Train V2 does): the Trainer's
+      checkpoints are scratch that the callback copies into the trial's
+      checkpoints, and trials never share or litter the current directory.
 
     Add :class:`RayTrainReportCallback` to report metrics and checkpoints.
 
@@ -68,6 +73,18 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
     """
     if not isinstance(trainer, transformers.Trainer):
         raise TypeError(f"prepare_trainer() takes a transformers.Trainer, got {type(trainer).__name__}")
+    session = _sessions.current_session()
+    out = trainer.args.output_dir
+    if session is not None and out and not os.path.isabs(out) and os.path.abspath(out) != os.path.join(
+            session.spec.trial_dir, out):
+        trainer.args.output_dir = os.path.join(session.spec.trial_dir, out)
+        logger.debug("tuneplat: transformers output_dir %r -> %s", out, trainer.args.output_dir)
+        if trainer.args.should_save:
+            os.makedirs(trainer.args.output_dir, exist_ok=True)
+            try:  # the Trainer made the folder in the current directory when it was built: drop it if still empty
+                os.rmdir(out)
+            except OSError:
+                pass
     base: type[transformers.Trainer] = type(trainer)
 
     def get_train_dataloader(self: Any) -> Any:
