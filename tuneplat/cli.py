@@ -475,9 +475,9 @@ def _describe_obj(obj: Any) -> str:
 
 
 def _dry_run(sweep: Any, show: int) -> int:
-    from ._storage import is_remote
     from ._tuner import Tuner, _local_path
     from .search import BasicVariantGenerator
+    from .storage._storage import is_remote
 
     tc, rc = sweep.tune_config, sweep.run_config
     Tuner(
@@ -531,7 +531,7 @@ def _dry_run(sweep: Any, show: int) -> int:
 def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
     """``(local folder, filesystem, remote URL)``: a remote experiment's local cache, refreshed from the remote
     copy; a local path as is (with no filesystem or URL)."""
-    from ._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
+    from .storage._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
 
     if not is_remote(target):
         return os.path.abspath(target), None, None
@@ -548,8 +548,8 @@ def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from ._storage import is_remote
     from ._tuner import Tuner
+    from .storage._storage import is_remote
 
     path, _fs, _url = _fetch_remote(args.experiment_dir)
     if not Tuner.can_restore(path):
@@ -609,10 +609,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
-    from ._result import ResultGrid
     from ._tuner import Tuner
     from .core._journal import JournalError
     from .core._replay import load_trials
+    from .results._result import ResultGrid
 
     path, fs, url = _fetch_remote(experiment_dir)
     if not Tuner.can_restore(path):
@@ -807,7 +807,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from .search import flatten_dict
 
     target = args.experiment_dir
-    from ._storage import is_remote
+    from .storage._storage import is_remote
 
     if not is_remote(target) and not os.path.exists(target):
         raise _Fail(f"{target}: no such folder; pass an experiment folder (<storage_path>/<name>) or a storage folder "
@@ -963,7 +963,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
 def _scope_value(result: Any, metric: Any, mode: Any, scope: str) -> Any:
     """The value that ranked ``result`` under ``scope``: its best ever for "all", its average for "avg"."""
-    from ._result import _score
+    from .results._result import _score
 
     if scope == "last":
         return result.metrics.get(metric)

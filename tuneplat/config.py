@@ -435,7 +435,7 @@ class _Builder:
         """``run.storage_options``: the keyword arguments of the fsspec filesystem of a remote storage_path."""
         from urllib.parse import urlparse
 
-        from ._storage import is_remote
+        from .storage._storage import is_remote
 
         where: Path = ("run", "storage_options")
         if not is_remote(storage_path):

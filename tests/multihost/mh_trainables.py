@@ -76,3 +76,29 @@ def host_dies(config):
                 f.write(str(step))
             tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
                             checkpoint=tuneplat.Checkpoint.from_directory(d))
+
+
+def path_lost(config):
+    """Checkpoints every step; on host w2, at step 3, it says so (a marker file) and goes on reporting while the
+    test cuts w2's path to the tuner (Dask still reaches w2)."""
+    import os
+    import tempfile
+    import time
+
+    ckpt = tuneplat.get_checkpoint()
+    start = 0
+    if ckpt is not None:
+        with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
+            start = int(f.read())
+    for step in range(start + 1, 6):
+        if step == 3 and socket.gethostname() == "w2" and not os.path.exists(config["marker"]):
+            with open(config["marker"], "w") as f:
+                f.write("w2")
+            while not os.path.exists(config["marker"] + ".cut"):  # the test has cut the path: go on reporting
+                time.sleep(0.05)
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(config["marker"])) as d:  # pytest's tmp_path
+            with open(os.path.join(d, "step.txt"), "w") as f:
+                f.write(str(step))
+            tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
+                            checkpoint=tuneplat.Checkpoint.from_directory(d))
+        time.sleep(0.5)  # a training step

@@ -212,3 +212,45 @@ def test_a_worker_host_joining_after_fit_started(net, tmp_path):
     assert kind == "RESULT", body
     (trial,) = body["trials"]
     assert trial["error"] is None and trial["metrics"]["hosts"] == "w1,w2"
+
+
+def test_a_host_that_silently_loses_its_path_to_the_tuner_is_noticed_by_heartbeat_and_the_trial_recovers(
+        net, tmp_path):
+    """Rank 0's host w2 loses its path to the tuner (packets dropped, no reset) while Dask still reaches it: the
+    missing heartbeats declare the rank hung, and the trial finishes from its checkpoint once w2 is back."""
+    address, certs = netns.start_cluster(net, str(tmp_path), tls=True)
+    marker = tmp_path / "w2-at-step-3"
+    env = {**netns.worker_env(), "TUNEPLAT_HEARTBEAT_TIMEOUT_S": "5"}
+    tuner = subprocess.Popen(net.hosts["tuner"].cmd(sys.executable, os.path.join(netns.ROOT, "tests", "multihost",
+                                                                                  "tuner_main.py"),
+                                                    _opts(tmp_path, address, certs, mode="pathloss", verbose=1, journal=True,
+                                                          marker=str(marker))),
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    tuner_ip = net.hosts["tuner"].ip
+    rules = [("OUTPUT", "-d"), ("INPUT", "-s")]
+    try:
+        netns.wait_for(lambda: marker.exists() or tuner.poll() is not None, 180, "a trial to reach step 3 on w2")
+        assert marker.exists()
+        for chain, flag in rules:  # silent: dropped, not rejected; the scheduler's link stays up
+            net.hosts["w2"].run("iptables", "-A", chain, flag, tuner_ip, "-j", "DROP")
+        (tmp_path / "w2-at-step-3.cut").write_text("cut")
+        assert tuner.stdout is not None
+        seen = []
+        for line in tuner.stdout:  # until the tuner says the rank went silent
+            seen.append(line)
+            if "sent nothing for" in line or "RESULT" in line or "ERROR" in line:
+                break
+        for chain, flag in rules:  # the path comes back
+            net.hosts["w2"].run("iptables", "-D", chain, flag, tuner_ip, "-j", "DROP")
+        rest, _ = tuner.communicate(timeout=240)
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+            tuner.wait(10)
+    out = "".join(seen) + rest
+    kind, body = _outcome(subprocess.CompletedProcess([], tuner.returncode, out, ""))
+    assert kind == "RESULT", (body, out[-4000:])
+    trials = body["trials"]
+    assert [t["error"] for t in trials] == [None, None], out[-4000:]
+    assert all(t["metrics"]["training_iteration"] == 5 for t in trials)
+    assert sorted(t["metrics"]["start"] for t in trials)[-1] >= 2, out[-4000:]  # resumed from its checkpoint

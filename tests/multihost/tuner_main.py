@@ -89,6 +89,11 @@ def main() -> None:
             grid = Tuner(mh_trainables.host_dies, param_space={"x": grid_search([0.0, 1.0]), "marker": opts["marker"]},
                          tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc,
                          scaling_config=ScalingConfig(num_workers=1)).fit()
+        elif opts["mode"] == "pathloss":
+            rc.failure_config = FailureConfig(max_failures=2)
+            grid = Tuner(mh_trainables.path_lost, param_space={"x": grid_search([0.0, 1.0]), "marker": opts["marker"]},
+                         tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc,
+                         scaling_config=ScalingConfig(num_workers=1)).fit()
         elif opts["mode"] == "checkpoint":
             grid = Tuner(mh_trainables.checkpointing, param_space={"x": grid_search([0.0, 1.0])},
                          tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc).fit()
@@ -100,6 +105,13 @@ def main() -> None:
         print("ERROR " + json.dumps({"type": type(exc).__name__, "message": str(exc),
                                      "seconds": time.monotonic() - t0}), flush=True)
         return
+    if opts.get("journal"):
+        import os
+
+        from tuneplat import read_journal
+
+        for e in read_journal(os.path.join(grid.experiment_path, "journal.jsonl")):
+            print("JOURNAL", json.dumps(e, default=str)[:300], flush=True)
     print("RESULT " + json.dumps({"seconds": time.monotonic() - t0, "trials": [
         {"error": None if r.error is None else str(r.error), "metrics": {k: v for k, v in r.metrics.items()
                                                                           if isinstance(v, (str, int, float, bool))}}

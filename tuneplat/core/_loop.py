@@ -46,11 +46,9 @@ from schedulers import (
     plan_action,
 )
 
-from .._checkpoint import Checkpoint
 from .._config import RunConfig, ScalingConfig, TuneConfig
 from .._progress import ProgressReporter
 from .._settings import env_seconds
-from .._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
 from ..execution._executor import (
     Ended,
     Event,
@@ -67,6 +65,8 @@ from ..execution._executor import (
     TrialSpec,
 )
 from ..search._searcher import BasicVariantGenerator, Searcher
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
 from ._journal import Journal, to_jsonable
 from ._stop import MetricCheck, StopRules
 from ._trial import Trial, TrialStatus

@@ -9,8 +9,8 @@ from typing import Any
 
 import cloudpickle
 
-from .._checkpoint import Checkpoint
-from .._storage import fs_for_url, is_remote, remote_is_committed
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import fs_for_url, is_remote, remote_is_committed
 from ._journal import JournalError, read_journal
 from ._trial import Trial, TrialStatus
 

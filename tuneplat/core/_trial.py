@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .._checkpoint import Checkpoint
+from ..storage._checkpoint import Checkpoint
 
 __all__ = ["Trial", "TrialStatus"]
 

@@ -144,7 +144,8 @@ class _LeasedLedger(Ledger):
     trial's connection (:meth:`~tuneplat.train._session.Session.lease`): that
     tuner places the group beside the trial (never on the trial's own worker,
     which its driver function holds) and counts the slots as taken until they
-    are given back. Its own view of the cluster only answers "can it ever fit".
+    are given back: that tuner also decides whether the group can ever fit (its
+    ledger knows the GPUs of an embedded cluster, and which slots its trials hold).
     """
 
     def __init__(self, session: Any) -> None:
@@ -156,6 +157,9 @@ class _LeasedLedger(Ledger):
 
     def release(self, assignment: Assignment) -> None:
         self._session.unlease(assignment.address)
+
+    def check_fits_empty(self, request: Any, n: int, strategy: str = "PACK") -> None:
+        """Nothing to check here: the enclosing trial's tuner refuses a group that can never fit beside the trial."""
 
 
 class DaskTrialExecutor(TrialExecutor):

@@ -239,7 +239,7 @@ class TrialExecutor(abc.ABC):
         """Release everything (idempotent; must not raise)."""
 
     def checkpoint_store(self, default: Any = None) -> Any | None:
-        """The :class:`~tuneplat._storage.CheckpointStore` this executor's trials need (None: ``default``).
+        """The :class:`~tuneplat.storage._storage.CheckpointStore` this executor's trials need (None: ``default``).
 
         ``default`` is the store the tuner uses for its storage path (local or remote).
         """

@@ -1352,7 +1352,7 @@ class MLflowCallback(Callback):
     def _best(self, ctrl: Any) -> Any:
         if not isinstance(ctrl.metric, str) or ctrl.mode not in ("min", "max"):
             return None
-        from .._result import ResultGrid
+        from ..results._result import ResultGrid
 
         grid = ResultGrid.from_trials(ctrl.trials, ctrl.metric, ctrl.mode, ctrl.experiment_dir)
         try:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .._checkpoint import Checkpoint
 from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from .._result import Result
+from ..results._result import Result
+from ..storage._checkpoint import Checkpoint
 from ._session import (
     CheckpointUploadMode,
     PreemptionInfo,

@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._checkpoint import Checkpoint
-from .._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 from ..execution._wire import recv_msg, send_msg
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 from ._telemetry import RankMonitor
 
 __all__ = [

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from ..._checkpoint import load_torch
+from ...storage._checkpoint import load_torch
 from .. import _session as _sessions
 
 __all__ = ["TorchConfig", "enable_reproducibility", "get_device", "get_devices", "load_torch",
