@@ -632,7 +632,13 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     meta["status"] = "running" if _is_running(path) else (
         status_words(ended, Counter(t.status.value for t in trials), len(trials)) if ended else "crashed (resumable)")
     meta["path"] = url or path
+    meta["world_size"] = {t.trial_id: t.world_size for t in trials}
     return ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
+
+
+def _elastic(meta: dict[str, Any]) -> bool:
+    """The experiment ran elastic groups (``ScalingConfig(num_workers=(min, max))``)."""
+    return isinstance(meta.get("scaling"), dict) and "min_workers" in meta["scaling"]
 
 
 def _trial_json(r: Any) -> dict[str, Any]:
@@ -777,10 +783,14 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
         raise _Fail(f"--trial {trial_id}: no such trial in {meta['path']} (trials: {ids}"
                     f"{', …' if len(grid) > 8 else ''})")
     r = found[0]
+    resizes = (meta.get("resizes") or {}).get(r.trial_id, [])
     if as_json:
         info = _trial_json(r)
         info["error"] = str(r.error) if r.error else None
         info["history"] = _jsonable(r._history)
+        if _elastic(meta):
+            info["world_size"] = (meta.get("world_size") or {}).get(r.trial_id)
+            info["resizes"] = resizes
         _out(json.dumps(info, indent=2))
         return EXIT_OK
     _out(f"trial        {r.trial_id} ({r.status}) of {meta.get('name') or meta['path']}")
@@ -795,6 +805,11 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
     _out(f"trial folder {r.path}")
     for step in r.lineage:
         _out(f"lineage      {json.dumps(_jsonable(step), sort_keys=True)}")
+    if _elastic(meta):
+        _out(f"ranks        {(meta.get('world_size') or {}).get(r.trial_id) or '-'} "
+             f"(elastic, {meta['scaling']['min_workers']}..{meta['scaling'].get('num_workers')})")
+    for ev in resizes:
+        _out(f"resize       at iteration {ev.get('iteration')}: {ev.get('message')}")
     if r.error:
         _out("error:")
         _out(str(r.error))
@@ -851,16 +866,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
         for k in flatten_dict(r.config):
             if k not in keys:
                 keys.append(k)
-    cols = ["trial", "status", "iter", *metrics, *keys, "note"]
+    elastic = _elastic(meta)
+    cols = ["trial", "status", "iter", *(["ranks"] if elastic else []), *metrics, *keys, "note"]
     rows = []
     for r in grid:
         flat = flatten_dict(r.config)
         note = (str(r.error).splitlines()[0] if r.error else r.stop_reason) or ""  # whole: it is the last column
+        resized = (meta.get("resizes") or {}).get(r.trial_id)
+        if resized and not r.error:  # an elastic group's last resize (tuneplat status --trial ID lists them all)
+            note = "; ".join(x for x in (note, f"{resized[-1].get('message')} (at iteration "
+                                               f"{resized[-1].get('iteration')})") if x)
         rows.append(
             [
                 r.trial_id,
                 r.status,
                 str(r.metrics.get("training_iteration", 0)),
+                *([str((meta.get("world_size") or {}).get(r.trial_id) or "-")] if elastic else []),
                 *[_fmt(r.metrics.get(m, "")) for m in metrics],
                 *[_fmt(flat.get(k, "")) for k in keys],
                 note,

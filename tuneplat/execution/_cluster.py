@@ -637,6 +637,23 @@ class Ledger:
             self.load[a.address] = self.load.get(a.address, 0) + 1
         return got
 
+    def allocate_between(self, request: Mapping[str, float], lo: int, hi: int,
+                         strategy: str = "PACK") -> list[Assignment] | None:
+        """Reserve as many slots as fit, from ``hi`` down to ``lo`` (an elastic group); None when not even ``lo`` fit."""
+        for n in range(hi, lo - 1, -1):
+            got = self.allocate(request, n, strategy)
+            if got is not None:
+                return got
+        return None
+
+    def free_count(self, request: Mapping[str, float], limit: int, strategy: str = "PACK") -> int:
+        """How many more ranks of ``request`` (up to ``limit``) fit right now; nothing is reserved."""
+        for n in range(limit, 0, -1):
+            pools = {k: list(v) for k, v in self.pools.items()}
+            if self._allocate(request, n, strategy, self.busy, pools) is not None:
+                return n
+        return 0
+
     def check_fits_empty(self, request: Mapping[str, float], n: int, strategy: str = "PACK") -> None:
         """Raise PlacementError when ``n`` ranks of ``request`` can never fit."""
         pools = {k: list(v) for k, v in self._pool_size.items()}

@@ -14,6 +14,7 @@ from ._session import (
     get_context,
     get_preemption_info,
     report,
+    should_checkpoint,
 )
 from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
 from .data import DataConfig, DataIterator, get_dataset_shard
@@ -48,4 +49,5 @@ __all__ = [
     "get_dataset_shard",
     "get_preemption_info",
     "report",
+    "should_checkpoint",
 ]

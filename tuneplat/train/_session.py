@@ -26,6 +26,7 @@ __all__ = [
     "get_context",
     "get_preemption_info",
     "report",
+    "should_checkpoint",
 ]
 
 
@@ -80,6 +81,7 @@ class RankSpec:
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     system_metrics_s: float = 5.0  # how often the rank samples CPU/memory/GPU (0: never); see train/_telemetry.py
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
+    elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
 
 
@@ -163,6 +165,7 @@ class Session:
         self.send_lock = send_lock or threading.Lock()  # shared by every sender on this connection
         self.finished = threading.Event()
         self.save_requested = False  # the last report's answer asked for a checkpoint of that step
+        self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
         self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
@@ -226,6 +229,10 @@ class Session:
         if kind == "decision":
             # the tuner asks for a checkpoint of this step (a callback set result["should_checkpoint"])
             self.save_requested = len(reply) > 2 and bool(reply[2])
+            notice = reply[3] if len(reply) > 3 else None  # a worker of the group is leaving: checkpoint now
+            self.checkpoint_requested = bool(notice)
+            if isinstance(notice, dict):
+                self.preemption = PreemptionInfo(list(notice.get("ranks", [])), None, str(notice.get("reason", "")))
             if reply[1] != "CONTINUE":
                 self.stopped = True
                 raise StopTrial()
@@ -485,6 +492,30 @@ def report(metrics: dict[str, Any] | None = None, checkpoint: Checkpoint | None 
     if metrics is None:
         raise TypeError("report() takes a dict of metrics: tune.report({'loss': ...}).")
     session.report(metrics, checkpoint)
+
+
+def should_checkpoint() -> bool:
+    """Whether the trial should pass a checkpoint to its next ``report()``: a worker of its group is leaving.
+
+    True after a ``report()`` whose answer said "checkpoint now": a Dask worker
+    holding a rank of this elastic group (``ScalingConfig(num_workers=(min, max))``)
+    was asked to leave (``client.retire_workers``, a cluster scaling down, SIGTERM to
+    ``dask worker``). Every rank sees the same value (it comes with the answer to
+    the collective ``report()``). The group's next ``report(..., checkpoint=...)``
+    is committed, then the group starts again from it without the leaving worker,
+    so no step is lost. It stays False for fixed-size groups. Ray Train V2's way
+    to ask the same is :func:`get_preemption_info` (not None from the same
+    report on, with the leaving ranks); see ``docs/elastic.md``.
+
+    Example:
+        >>> for epoch in range(start, epochs):  # doctest: +SKIP
+        ...     loss = train_one_epoch(model)
+        ...     ckpt = None
+        ...     if epoch % 10 == 9 or tuneplat.train.should_checkpoint():
+        ...         ckpt = save(model, epoch)
+        ...     tuneplat.train.report({"loss": loss}, checkpoint=ckpt)
+    """
+    return _get_session("should_checkpoint").checkpoint_requested
 
 
 def get_checkpoint() -> Checkpoint | None:

@@ -131,7 +131,7 @@ class DataParallelTrainer(ConvertibleTrainer):
                                 f"{type(dataset_config).__name__}")
             self.dataset_config = dataset_config
             if datasets is not None:
-                self._sources = as_sources(datasets, int(self.scaling_config.num_workers or 1))
+                self._sources = as_sources(datasets, self.scaling_config.max_workers)
                 self.datasets = dict(datasets)
                 self._dataset_names = list(self._sources)
                 dataset_config.check_names(self._dataset_names)
