@@ -447,7 +447,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         tuner = sweep.tuner()
     except (ValueError, TypeError) as exc:
         raise _Fail(f"{args.sweep_file}: {str(exc).splitlines()[0]}") from None
-    _save_sweep(sweep, tuner.experiment_dir, tuner._remote_dir)
+    # saved once fit() made the folder this run's (a previous run there moves aside, with its own sweep file)
+    tuner._before_run = lambda: _save_sweep(sweep, tuner.experiment_dir, tuner._remote_dir)
     results = _fit(tuner)
     return _summary(results, tuner.experiment_dir, tuner.tune_config.metric, tuner.tune_config.mode,
                     tuner.run_config.verbose)
@@ -626,7 +627,7 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     meta = dict(meta)
     from collections import Counter
 
-    from ._progress import status_words
+    from .tracking._progress import status_words
 
     ended = _experiment_end_status(path)
     meta["status"] = "running" if _is_running(path) else (

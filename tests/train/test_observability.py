@@ -164,3 +164,28 @@ def test_faulthandler_signal_reads_a_rank_on_this_host(tmp_path):
     assert got is not None and got["how"].startswith("faulthandler")
     line = next(i for i, text in enumerate(_CHILD.splitlines(), 1) if "CHILD-LINE" in text)
     assert got["where"] == f"stuck_in_child ({script}:{line})", got["text"]
+
+
+def test_the_live_view_shows_a_row_per_rank():
+    """The live view's ranks table comes from the executor's per-rank rows (as ``status --workers`` does)."""
+    from tuneplat.tracking._progress import ProgressReporter
+
+    class Executor:  # the one method the view reads (DaskTrialExecutor.running_rows)
+        def running_rows(self):
+            row = {"trial_id": "t1", "host": "node-a", "pid": 4242, "device": "cpu", "state": "training",
+                   "last_report_at": time.time() - 3, "steps_per_s": 12.5, "samples_per_s": 400.0,
+                   "data_wait_fraction": 0.25, "system": {"cpu_utilization_percentage": 97.0,
+                                                          "process_memory_rss_megabytes": 512.0}}
+            return {"t1": [dict(row, rank=0), dict(row, rank=1, pid=4243, state="reporting")]}
+
+    class Loop:
+        executor = Executor()
+        experiment_name = "live"
+
+    reporter = ProgressReporter("loss", "min", verbose=1)
+    reporter.attach(Loop())
+    rows = reporter._rank_rows()  # what the live view's "ranks" table shows
+    assert [r[:6] for r in rows] == [["t1", "0", "node-a", "4242", "cpu", "training"],
+                                     ["t1", "1", "node-a", "4243", "cpu", "reporting"]]
+    assert rows[0][7:12] == ["12.50", "400.0", "25%", "97", "512"]
+    assert 2.5 < float(rows[0][6]) < 60  # seconds since its last report

@@ -2,7 +2,7 @@
 
 This is the internal interface. Users subclass :class:`tuneplat.Callback`, which
 has Ray Tune's hook signatures and is adapted onto this one
-(``tuneplat/_user_callbacks.py``).
+(``tuneplat/tracking/_user_callbacks.py``).
 
 Every hook receives the controller first (``ctrl.trials``, ``ctrl.experiment_dir``,
 ``ctrl.metric``, ...). Hooks run on the tuner's loop: keep them fast and never

@@ -47,7 +47,6 @@ from schedulers import (
 )
 
 from .._config import RunConfig, ScalingConfig, TuneConfig
-from .._progress import ProgressReporter
 from .._settings import env_seconds
 from ..execution._executor import (
     Ended,
@@ -68,6 +67,7 @@ from ..execution._executor import (
 from ..search._searcher import BasicVariantGenerator, Searcher
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
+from ..tracking._progress import ProgressReporter
 from ._journal import Journal, to_jsonable
 from ._stop import MetricCheck, StopRules
 from ._trial import Trial, TrialStatus
@@ -171,6 +171,8 @@ class TuneLoop:
         # system metrics reach the journal at most this often per trial (every sample goes to the callbacks/MLflow)
         self._stats_journal_s = env_seconds("TUNEPLAT_SYSTEM_METRICS_JOURNAL_S", 60)
         self._looping = False
+        #: where a re-run moved the previous run of this experiment (the MLflow mirror renames its parent run)
+        self.previous_run_dir: str | None = None
 
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:

@@ -37,7 +37,7 @@ from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ..train._telemetry import system_metrics_period
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
-from ._cluster import Assignment, Cluster, Ledger
+from ._cluster import HEAVY_IMPORTS, Assignment, Cluster, Ledger, trainable_imports
 from ._errors import PlacementError
 from ._executor import (
     Ended,
@@ -232,8 +232,12 @@ class DaskTrialExecutor(TrialExecutor):
         self.ctx = ctx
         self.trainable = ctx.trainable
         self.board = WorkerBoard(ctx.experiment_dir) if ctx.experiment_dir else None
+        imports = trainable_imports(ctx.raw_trainable, ctx.trainable)
+        #: slow imports the first trials pay for (the progress line names them until the first report)
+        self.heavy_imports = sorted({m.split(".")[0] for m in imports} & HEAVY_IMPORTS)
         self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0),
-                               security=self._security)
+                               security=self._security, say=ctx.say,
+                               imports=imports if env_str("TUNEPLAT_PRELOAD_IMPORTS") != "0" else ())
         from ..train._session import current_session
 
         outer = current_session()

@@ -73,6 +73,8 @@ EXPERIMENT_KIND = "custom_model_development"
 #: ``?viewStateShareKey=<key>`` links); tuneplat stores one that shows the metric and the searched parameters
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 VIEW_KEY = "tuneplat"
+#: the tag the saved view groups runs by: a run of the sweep (its folder), on the parent run and on each trial's run
+GROUP_TAG = "tuneplat.experiment_dir"
 #: run ids as soon as they exist (the journal gets them at the loop's next hook)
 IDS_FILE = "mlflow_runs.jsonl"
 
@@ -389,9 +391,17 @@ class _Uploader:
         return exp.experiment_id
 
     def _run_name(self, client: Any, st: _RunState) -> str:
-        """A new parent run of a sweep that already has one in this MLflow experiment is named ``<name> #N``."""
+        """A new parent run of a sweep that already has one in this MLflow experiment is named ``<name> #N``.
+
+        A re-run in the same folder (the previous run moved to ``<name>.<time>``)
+        keeps the plain name: the previous run's parent is renamed after its new
+        folder, so names match folders.
+        """
         if not st.parent or "'" in st.name:
             return st.name
+        previous = st.create_tags.get("tuneplat.previous_run_dir")
+        if previous and "'" not in previous:
+            self._rename_previous(client, st, previous)
         try:
             runs = client.search_runs([self.experiment_id], filter_string="tags.`tuneplat.kind` = 'experiment' and "
                                       f"tags.`tuneplat.experiment` = '{st.create_tags.get('tuneplat.experiment')}'",
@@ -404,6 +414,25 @@ class _Uploader:
         numbers = [int(m.group(1) or 1) for r in runs
                    if (m := pattern.fullmatch(r.data.tags.get("mlflow.runName", r.info.run_name or "")))]
         return f"{st.name} #{max(numbers) + 1}" if numbers else st.name
+
+    def _rename_previous(self, client: Any, st: _RunState, previous: str) -> None:
+        """The parent runs of this folder's earlier run take the name and path of the folder it moved to."""
+        here = st.create_tags.get("tuneplat.experiment_dir", "")
+        if "'" in here:
+            return
+        try:
+            runs = client.search_runs([self.experiment_id], filter_string="tags.`tuneplat.kind` = 'experiment' and "
+                                      f"tags.`tuneplat.experiment_dir` = '{here}'", max_results=1000)
+            for r in runs:
+                client.set_tag(r.info.run_id, "mlflow.runName", os.path.basename(previous))
+                client.set_tag(r.info.run_id, GROUP_TAG, previous)
+                children = client.search_runs([self.experiment_id], max_results=5000,
+                                              filter_string=f"tags.`mlflow.parentRunId` = '{r.info.run_id}'")
+                for child in children:  # they stay in their run's group
+                    client.set_tag(child.info.run_id, GROUP_TAG, previous)
+        except Exception as exc:  # noqa: BLE001 - a name only
+            if not self._permanent(exc):
+                raise
 
     def _create(self, client: Any, st: _RunState) -> None:
         if st.resume_id:
@@ -1034,8 +1063,11 @@ def experiment_tags(metric: Any, mode: Any, param_space: dict[str, Any]) -> dict
     """The MLflow experiment's tags: its kind (classic view) and a saved view of the runs table.
 
     The saved view shows the metric(s) and the searched parameters as columns,
-    sorted by the (first) metric; open it with ``?viewStateShareKey=tuneplat``
-    or from the UI's saved views menu.
+    with the runs grouped by the sweep's run (its folder): one expanded group per
+    run of the sweep holding the parent run and its trials, the group's row showing
+    the best value of the (first) metric. Open it with ``?viewStateShareKey=tuneplat``
+    or from the UI's saved views menu. (Not sorted by the metric: MLflow nests
+    child runs only in its date order, and a sort would scatter the groups' rows.)
 
     Example:
         >>> sorted(experiment_tags("loss", "min", {"lr": 0.1}))
@@ -1046,9 +1078,18 @@ def experiment_tags(metric: Any, mode: Any, param_space: dict[str, Any]) -> dict
     columns = [f"metrics.`{_key(m)}`" for m in metrics]
     columns += [f"params.`{_key(k)}`" for k in list(_flatten(param_space))[:20]]
     columns += ["tags.`tuneplat.status`"]
-    state: dict[str, Any] = {"selectedColumns": columns, "hideEmptyCharts": True}
-    if metrics:
-        state.update(orderByKey=f"metrics.`{_key(metrics[0])}`", orderByAsc=modes[0] != "max")
+    # widths for whole values (MLflow applies widths only to the columns listed in columnOrder)
+    widths = {c: 170 for c in columns if c.startswith("metrics.")}
+    flat = _flatten(param_space)
+    for key, value in list(flat.items())[:20]:
+        widths[f"params.`{_key(key)}`"] = 110 if isinstance(value, (bool, int, str)) and len(str(value)) < 10 else 170
+    state: dict[str, Any] = {
+        "selectedColumns": columns, "hideEmptyCharts": True,
+        "groupBy": {"aggregateFunction": "max" if modes and modes[0] == "max" else "min",
+                    "groupByKeys": [{"mode": "tag", "groupByData": GROUP_TAG}]},
+        "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *columns],
+        "columnWidths": widths,
+    }
     now = int(time.time() * 1000)
     view = {"name": "tuneplat: metric and parameters", "createdAt": now, "updatedAt": now,
             "state": json.dumps(state)}
@@ -1132,7 +1173,8 @@ class MLflowCallback(Callback):
             "start_time": int(time.time() * 1000),
             "params": params,
             "tags": {"tuneplat.kind": "trial", "tuneplat.trial_id": trial.trial_id, "tuneplat.trial_dir": trial.path,
-                     "tuneplat.experiment": ctrl.experiment_name, "tuneplat.status": str(trial.status)},
+                     "tuneplat.experiment": ctrl.experiment_name, "tuneplat.status": str(trial.status),
+                     GROUP_TAG: ctrl.experiment_dir},
         }
         if resume:
             spec["resume_id"] = trial.mlflow_run_id
@@ -1201,6 +1243,9 @@ class MLflowCallback(Callback):
         params.update({_key(f"space/{k}"): _param_value(v) for k, v in _flatten(ctrl.param_space).items()})
         tags = {"tuneplat.kind": "experiment", "tuneplat.experiment_dir": ctrl.experiment_dir,
                 "tuneplat.experiment": ctrl.experiment_name}
+        previous = getattr(ctrl, "previous_run_dir", None)
+        if previous:  # a re-run: the previous run's parent is renamed after the folder it moved to
+            tags["tuneplat.previous_run_dir"] = previous
         tags.update({str(k): str(v) for k, v in (cfg.tags or {}).items()})
         self._put("run", PARENT, {"name": ctrl.experiment_name, "params": params, "tags": tags,
                                   "resume_id": parent_resume, "start_time": int(time.time() * 1000)})

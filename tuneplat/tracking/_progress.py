@@ -30,10 +30,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ._redact import redact, strip_credentials
-from ._settings import env_str
-from .core._trial import Trial, TrialStatus
-from .search._space import flatten_dict
+from .._redact import redact, strip_credentials
+from .._settings import env_str
+from ..core._trial import Trial, TrialStatus
+from ..search._space import flatten_dict
 
 __all__ = ["ProgressReporter", "mlflow_ui_hint", "resume_hint", "status_words"]
 
@@ -312,6 +312,14 @@ class ProgressReporter:
         return {"counts": counts, "done": done, "total": total, "elapsed": elapsed,
                 "eta": self._eta(done, total, elapsed), "busy": busy, "slots": slots, "best": self.best(trials)}
 
+    def _starting_text(self, trials: Sequence[Trial]) -> str:
+        """While trials run but none has reported yet: what the wait is (worker processes importing, data loading)."""
+        if not trials or any(t.results for t in trials) or not any(t.status == TrialStatus.RUNNING for t in trials):
+            return ""
+        heavy = getattr(getattr(self._loop, "executor", None), "heavy_imports", None) or []
+        what = f"importing {', '.join(heavy)}" if heavy else "imports"
+        return f"first trials starting ({what}, data loading) — no report yet"
+
     def _best_text(self, best: Trial | None) -> str:
         if best is None:
             return f"best {self.metric}: -" if self.metric else ""
@@ -329,6 +337,9 @@ class ProgressReporter:
         line = f"tuneplat [{_clock(n['elapsed'])}] " + ", ".join(parts)
         if n["eta"] is not None:
             line += f" | ETA ~{_clock(n['eta'])}"
+        starting = self._starting_text(trials)
+        if starting:
+            line += f" | {starting}"
         best = self._best_text(n["best"])
         if best:
             line += f" | {best}"
@@ -405,6 +416,9 @@ class ProgressReporter:
         head.add_row(Text(f"{n['done']}/{total if total else '?'} trials", style="bold"), bar,
                      Text(f"{counts}  {timing}" if counts else timing))
         lines: list[Any] = [head]
+        starting = self._starting_text(trials)
+        if starting:
+            lines.append(Text(starting, style="yellow"))
         best = self._best_text(n["best"])
         if best:
             lines.append(Text(best, style="bold green" if n["best"] is not None else "dim"))
@@ -442,7 +456,7 @@ class ProgressReporter:
                                   style="dim"))
         ranks = self._rank_rows()
         if ranks:
-            from .execution._observe import WORKER_COLUMNS
+            from ..execution._observe import WORKER_COLUMNS
 
             rt = Table(box=None, pad_edge=False, header_style="bold dim", expand=False, title="ranks",
                        title_justify="left", title_style="bold")
@@ -466,7 +480,7 @@ class ProgressReporter:
         if rows_of is None:
             return []
         try:
-            from .execution._observe import worker_rows
+            from ..execution._observe import worker_rows
 
             return worker_rows({"running": rows_of()}, finished=False)
         except Exception:  # noqa: BLE001 - the view must never end the experiment
