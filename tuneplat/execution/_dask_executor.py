@@ -418,6 +418,7 @@ class DaskTrialExecutor(TrialExecutor):
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
                 channel_tls=self.channel_tls, trial_io=ctx.trial_io, elastic=group.elastic,
                 system_metrics_s=self.system_metrics_s,
+                rank_hosts=[x.host for x in placement],
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)

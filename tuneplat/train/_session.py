@@ -83,6 +83,7 @@ class RankSpec:
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
+    rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
 
 
 class TrainContext:
