@@ -57,7 +57,6 @@ from typing import Any, cast
 
 from schedulers import Decision
 
-from .._storage import CheckpointStore, LocalCheckpointStore
 from ..execution._executor import (
     Ended,
     Event,
@@ -71,6 +70,7 @@ from ..execution._executor import (
     TrialSpec,
 )
 from ..execution._trial_io import apply_trial_io
+from ..storage._storage import CheckpointStore, LocalCheckpointStore
 from ..train._session import RankSpec, Session, StopTrial, TrialAborted, _current_session, _set_session
 
 __all__ = ["HANG", "VirtualCheckpointStore", "VirtualTimeExecutor", "now", "sleep"]
