@@ -116,11 +116,21 @@ class FailureConfig:
             with the run for the elastic groups' preemption handling
             (``docs/elastic.md``); where no preemption is detected, a lost
             worker counts against ``max_failures`` (``docs/porting-from-ray.md``).
+        oom_halve: opt-in retry of a trial that ran out of memory (``torch.cuda.OutOfMemoryError``,
+            ``MemoryError``): the config key to halve before it runs again, e.g. ``"micro_batch_size"``
+            (nested: ``"train_loop_config.micro_batch_size"``). Such retries have their own budget
+            (``max_oom_retries``) and do not use up ``max_failures``; a key already at 1 is not retried.
+        oom_double: a config key doubled with each halving (e.g. the gradient-accumulation steps, so the
+            effective batch stays the same).
+        max_oom_retries: how many times one trial may be shrunk and retried (``>= 0``).
     """
 
     max_failures: int = 0
     fail_fast: bool | str = False
     max_preemption_failures: int = -1
+    oom_halve: str | None = None
+    oom_double: str | None = None
+    max_oom_retries: int = 3
 
     def __post_init__(self) -> None:
         _check(isinstance(self.max_failures, int) and self.max_failures >= -1,
@@ -128,6 +138,14 @@ class FailureConfig:
         _check(isinstance(self.max_preemption_failures, int) and not isinstance(self.max_preemption_failures, bool)
                and self.max_preemption_failures >= -1, "FailureConfig.max_preemption_failures",
                self.max_preemption_failures, "an int >= 0, or -1 for unlimited (Ray's default)")
+        _check(self.oom_halve is None or (isinstance(self.oom_halve, str) and self.oom_halve != ""),
+               "FailureConfig.oom_halve", self.oom_halve, "a config key (str) or None")
+        _check(self.oom_double is None or (isinstance(self.oom_double, str) and self.oom_double != ""),
+               "FailureConfig.oom_double", self.oom_double, "a config key (str) or None")
+        _check(self.oom_double is None or self.oom_halve is not None, "FailureConfig.oom_double", self.oom_double,
+               "given together with oom_halve (the key that is halved)")
+        _check(isinstance(self.max_oom_retries, int) and not isinstance(self.max_oom_retries, bool)
+               and self.max_oom_retries >= 0, "FailureConfig.max_oom_retries", self.max_oom_retries, "an int >= 0")
 
 
 @dataclass
