@@ -290,6 +290,11 @@ class ScalingConfig:
         _check(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
                "ScalingConfig.placement_strategy", self.placement_strategy, "'PACK' or 'SPREAD'")
         for k, v in (self.resources_per_worker or {}).items():
+            if str(k).lower() == "gpu_memory":  # {"GPU_memory": "10GiB"}: packed by memory (docs/resources.md)
+                from .execution._gpu_memory import parse_memory
+
+                parse_memory(v, f"ScalingConfig.resources_per_worker[{k!r}]")
+                continue
             _check(isinstance(v, (int, float)) and v >= 0, f"ScalingConfig.resources_per_worker[{k!r}]", v,
                    "a number >= 0")
         gpu = self.per_worker().get("GPU", 0)
@@ -298,8 +303,14 @@ class ScalingConfig:
 
     def per_worker(self) -> dict[str, float]:
         """Resources of one rank, with defaults filled in (CPU 1; GPU 1 when use_gpu)."""
-        res = {str(k).upper() if str(k).lower() in ("cpu", "gpu") else str(k): float(v)
-               for k, v in (self.resources_per_worker or {}).items()}
+        res: dict[str, float] = {}
+        for k, v in (self.resources_per_worker or {}).items():
+            if str(k).lower() == "gpu_memory":
+                from .execution._gpu_memory import GPU_MEMORY, parse_memory
+
+                res[GPU_MEMORY] = parse_memory(v)
+                continue
+            res[str(k).upper() if str(k).lower() in ("cpu", "gpu") else str(k)] = float(v)
         res.setdefault("CPU", 1.0)
         if self.use_gpu:
             res.setdefault("GPU", 1.0)
@@ -309,7 +320,8 @@ class ScalingConfig:
 
     @property
     def backend(self) -> str:
-        return "nccl" if self.per_worker().get("GPU", 0) > 0 else "gloo"
+        per = self.per_worker()
+        return "nccl" if per.get("GPU", 0) > 0 or per.get("GPU_memory", 0) > 0 else "gloo"
 
     def to_space(self) -> ScalingSpace:
         """This config as a search space (its domains resolved per trial, as Ray Train's Tuner does)."""

@@ -97,3 +97,37 @@ def test_failure_kind_and_shrinking_rules():
         tune.FailureConfig(oom_double="a")
     with pytest.raises(ValueError, match="max_oom_retries"):
         tune.FailureConfig(oom_halve="mb", max_oom_retries=-1)
+
+
+def test_gpu_memory_requests_become_a_share_of_a_device():
+    from tuneplat.execution._gpu_memory import as_gpu_share, parse_memory
+
+    assert parse_memory("10GiB") == 10 * 2**30 and parse_memory("512 MiB") == 2**29 and parse_memory(3) == 3.0
+    with pytest.raises(ValueError, match="The value of `GPU_memory` is '10 parsecs'"):
+        parse_memory("10 parsecs")
+    assert tune.ScalingConfig(resources_per_worker={"GPU_memory": "20GiB"}).per_worker() == {
+        "GPU_memory": 20 * 2**30, "CPU": 1.0}
+    assert tune.ScalingConfig(resources_per_worker={"GPU_memory": "20GiB"}).backend == "nccl"
+    with pytest.raises(ValueError, match=r"resources_per_worker\['GPU_memory'\]"):
+        tune.ScalingConfig(resources_per_worker={"GPU_memory": "lots"})
+    assert as_gpu_share({"CPU": 1, "GPU_memory": 20 * 2**30}, 80 * 2**30) == {"CPU": 1, "GPU": 0.25}
+    assert as_gpu_share({"GPU": 0.5, "GPU_memory": 20 * 2**30}, 80 * 2**30)["GPU"] == 0.5  # the larger share
+    with pytest.raises(ValueError, match="has 80 GiB"):
+        as_gpu_share({"GPU_memory": 100 * 2**30}, 80 * 2**30)
+    with pytest.raises(ValueError, match="no GPU whose memory is known"):
+        as_gpu_share({"GPU_memory": 2**30}, None)
+    from tuneplat._wrappers import resources_of
+
+    wrapped = tune.with_resources(needs_memory, {"cpu": 1, "gpu_memory": "8GiB"})
+    assert resources_of(wrapped).per_worker() == {"CPU": 1.0, "GPU_memory": 8 * 2**30}
+
+
+def test_gpu_memory_on_a_cluster_without_gpus_is_refused_at_once(dask_client, storage):
+    grid = tune.Tuner(tune.with_resources(needs_memory, lambda config: {"gpu_memory": "1GiB"}),
+                      param_space={"micro_batch": 8, "accum": 1},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name="nogpu", storage_path=storage, verbose=0, mlflow=False),
+                      client=dask_client).fit()
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert "no GPU whose memory is known" in str(grid[0].error)
