@@ -124,7 +124,7 @@ def reporter_callbacks(progress_reporter: Any) -> list[Any]:
     if not callable(getattr(progress_reporter, "report", None)):
         raise TypeError(f"RunConfig(progress_reporter=...) must be a tune.ProgressReporter (or CLIReporter), got "
                         f"{type(progress_reporter).__name__}")
-    from ._callbacks import ControllerCallback
+    from .core._callbacks import ControllerCallback
 
     class _Reporting(ControllerCallback):
         def on_experiment_start(self, ctrl: Any) -> None:

@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 from ._redact import redact, strip_credentials
 from ._settings import env_str
-from ._trial import Trial, TrialStatus
+from .core._trial import Trial, TrialStatus
 from .search._space import flatten_dict
 
 __all__ = ["ProgressReporter", "mlflow_ui_hint", "resume_hint", "status_words"]
@@ -180,7 +180,10 @@ class ProgressReporter:
         loop = self._loop
         if loop is None:
             return 0, None
-        busy = len(loop.running) * max(1, int(getattr(loop, "world_size", 1) or 1))
+        if getattr(loop, "min_world_size", None) is not None:  # elastic groups: the ranks each one has now
+            busy = sum(int(loop.by_id[tid].world_size or 0) for tid in loop.running if tid in loop.by_id)
+        else:
+            busy = len(loop.running) * max(1, int(getattr(loop, "world_size", 1) or 1))
         ex = loop.executor
         ledger = getattr(ex, "ledger", None)
         total = len(ledger.slots) if ledger is not None and hasattr(ledger, "slots") else None
@@ -349,6 +352,9 @@ class ProgressReporter:
         score = math.inf if not math.isfinite(f) else (f if self.mode != "max" else -f)
         return (_ORDER[t.status], score, t.trial_id)
 
+    def _elastic(self) -> bool:
+        return getattr(self._loop, "min_world_size", None) is not None
+
     def table(self, trials: Sequence[Trial]) -> str:
         """The plain trials table (notes whole, as the last column)."""
         counts = self._counts(trials)
@@ -357,11 +363,13 @@ class ProgressReporter:
         head += f" | {elapsed:.1f}s elapsed =="
         shown = self._shown(trials)
         keys = self._columns(shown)
-        cols = ["trial", "status", "iter"] + ([self.metric] if self.metric else []) + keys + ["note"]
+        elastic = self._elastic()
+        cols = (["trial", "status", "iter"] + (["ranks"] if elastic else []) + ([self.metric] if self.metric else [])
+                + keys + ["note"])
         rows = []
         for t in shown:
             flat = flatten_dict(t.config)
-            row = [_shown_name(t), str(t.status), str(t.iteration)]
+            row = [_shown_name(t), str(t.status), str(t.iteration)] + ([str(t.world_size or "-")] if elastic else [])
             if self.metric:
                 row.append(_fmt(t.last_result.get(self.metric, "")))
             row += [_fmt(flat.get(k, "")) for k in keys]
@@ -409,6 +417,9 @@ class ProgressReporter:
             table.add_column("trial", no_wrap=True)
             table.add_column("status", no_wrap=True)
             table.add_column("iter", justify="right", no_wrap=True)
+            elastic = self._elastic()
+            if elastic:  # elastic groups: the ranks each trial has now (resizes show in the events below)
+                table.add_column("ranks", justify="right", no_wrap=True)
             if self.metric:
                 table.add_column(str(self.metric), justify="right", no_wrap=True)
             for k in keys:
@@ -418,6 +429,8 @@ class ProgressReporter:
                 flat = flatten_dict(t.config)
                 row: list[Any] = [_shown_name(t), Text(str(t.status), style=_STYLE.get(str(t.status), "")),
                                   str(t.iteration)]
+                if elastic:
+                    row.append(str(t.world_size or "-"))
                 if self.metric:
                     row.append(_fmt(t.last_result.get(self.metric, "")))
                 row += [_fmt(flat.get(k, "")) for k in keys]

@@ -11,9 +11,25 @@ from typing import Any
 from ._compat import reporter_callbacks
 from ._config import RunConfig, ScalingConfig, ScalingSpace, TuneConfig
 from ._mainguard import check_main_guard
-from ._restore import TunerStateError, load_trials, load_tuner_state, prepare_resume, restore_problem, save_tuner_state
-from ._result import ResultGrid
-from ._storage import (
+from ._user_callbacks import adapt_callbacks
+from .air.integrations.mlflow import mirror_config, target_callbacks
+from .core import ExperimentLock, TuneError, TuneLoop
+from .core._replay import (
+    TunerStateError,
+    load_trials,
+    load_tuner_state,
+    prepare_resume,
+    restore_problem,
+    save_tuner_state,
+)
+from .execution._dask_executor import DaskTrialExecutor
+from .execution._executor import TrialExecutor
+from .execution._trial_io import log_files, make_trial_io
+from .logger import CSVLoggerCallback, TBXLoggerCallback, default_file_loggers
+from .logger._files import FileLoggers
+from .results._result import ResultGrid
+from .search._space import validate_space
+from .storage._storage import (
     CheckpointStore,
     ExperimentSync,
     FsspecCheckpointStore,
@@ -26,17 +42,9 @@ from ._storage import (
     resolve_storage_path,
     rjoin,
 )
-from ._user_callbacks import adapt_callbacks
-from ._wrappers import resources_of, trial_resources_of
-from .air.integrations.mlflow import mirror_config, target_callbacks
-from .core import ExperimentLock, TuneError, TuneLoop
-from .execution._dask_executor import DaskTrialExecutor
-from .execution._executor import TrialExecutor
-from .execution._trial_io import log_files, make_trial_io
-from .logger import default_file_loggers
-from .search._space import validate_space
 from .tracking import make_callbacks
 from .trainables._adapt import ConvertibleTrainer, for_run, function_of
+from .trainables._wrappers import resources_of, trial_resources_of
 
 __all__ = ["Tuner"]
 
@@ -241,6 +249,7 @@ class Tuner:
         self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
         #: Tune trials run in their trial folder (Ray's RAY_CHDIR_TO_TRIAL_DIR); a Trainer's own fit() does not (V2)
         self._chdir_to_trial_dir = True
+        self._auto_file_loggers = True  # progress.csv/TensorBoard files unasked (not for a Trainer inside a trial)
 
     def fit(self) -> ResultGrid:
         """Run the experiment to the end; returns every trial's :class:`Result`.
@@ -261,7 +270,7 @@ class Tuner:
             if callbacks:  # the MLflow mirror: where it logs, for setup_mlflow() in the trials
                 callbacks += target_callbacks(self.run_config)
             # Ray's per-trial progress.csv and TensorBoard files, then the user's callbacks
-            callbacks += default_file_loggers(self.run_config.callbacks) + adapt_callbacks(self.run_config.callbacks)
+            callbacks += self._file_loggers() + adapt_callbacks(self.run_config.callbacks)
             callbacks += reporter_callbacks(self.run_config.progress_reporter)  # a ProgressReporter of the user's
             syncer = None
             if self._remote_dir is not None:
@@ -269,7 +278,7 @@ class Tuner:
                 syncer = ExperimentSync(self.experiment_dir, self._storage_fs, self._remote_dir)
             else:
                 store = LocalCheckpointStore()
-            store = executor.checkpoint_store() or store
+            store = executor.checkpoint_store(store) or store
             loop = TuneLoop(
                 trainable=self.trainable, param_space=self.param_space, tune_config=self.tune_config,
                 run_config=self.run_config, scaling_config=self.scaling_config or ScalingConfig(),
@@ -294,6 +303,16 @@ class Tuner:
         if loop.fail_fast_error and self.run_config.failure_config.fail_fast == "raise":  # type: ignore[union-attr]
             raise TuneError(loop.fail_fast_error)
         return self._results
+
+    def _file_loggers(self) -> list[Any]:
+        """Ray's progress.csv/TensorBoard writers: automatic for Tune runs; for a Trainer's run inside a trial
+        (Ray Train V2 writes none there) only those passed explicitly."""
+        if self._auto_file_loggers:
+            return default_file_loggers(self.run_config.callbacks)
+        given = list(self.run_config.callbacks or [])
+        csv = any(isinstance(c, CSVLoggerCallback) for c in given)
+        tb = any(isinstance(c, TBXLoggerCallback) for c in given)
+        return [FileLoggers(csv=csv, tensorboard=tb)] if csv or tb else []
 
     def _set_aside_previous_journal(self) -> None:
         """A new run in a folder that holds an experiment of the same name starts its own journal.

@@ -333,7 +333,7 @@ def _cli_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _experiment_end_status(experiment_dir: str) -> str | None:
-    from ._journal import read_journal
+    from .core._journal import read_journal
 
     try:
         events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
@@ -404,7 +404,7 @@ def _summary(results: Any, experiment_dir: str, metric: Any, mode: Any, verbose:
 
 def _fit(tuner: Any) -> Any:
     from .core import TuneError
-    from .execution._cluster import PlacementError
+    from .execution._errors import PlacementError
 
     try:
         return tuner.fit()
@@ -460,9 +460,9 @@ def _describe_obj(obj: Any) -> str:
 
 
 def _dry_run(sweep: Any, show: int) -> int:
-    from ._storage import is_remote
     from ._tuner import Tuner, _local_path
     from .search import BasicVariantGenerator
+    from .storage._storage import is_remote
 
     tc, rc = sweep.tune_config, sweep.run_config
     Tuner(
@@ -516,7 +516,7 @@ def _dry_run(sweep: Any, show: int) -> int:
 def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
     """``(local folder, filesystem, remote URL)``: a remote experiment's local cache, refreshed from the remote
     copy; a local path as is (with no filesystem or URL)."""
-    from ._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
+    from .storage._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
 
     if not is_remote(target):
         return os.path.abspath(target), None, None
@@ -533,8 +533,8 @@ def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from ._storage import is_remote
     from ._tuner import Tuner
+    from .storage._storage import is_remote
 
     path, _fs, _url = _fetch_remote(args.experiment_dir)
     if not Tuner.can_restore(path):
@@ -594,10 +594,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
-    from ._journal import JournalError
-    from ._restore import load_trials
-    from ._result import ResultGrid
     from ._tuner import Tuner
+    from .core._journal import JournalError
+    from .core._replay import load_trials
+    from .results._result import ResultGrid
 
     path, fs, url = _fetch_remote(experiment_dir)
     if not Tuner.can_restore(path):
@@ -617,7 +617,13 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     meta["status"] = "running" if _is_running(path) else (
         status_words(ended, Counter(t.status.value for t in trials), len(trials)) if ended else "crashed (resumable)")
     meta["path"] = url or path
+    meta["world_size"] = {t.trial_id: t.world_size for t in trials}
     return ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
+
+
+def _elastic(meta: dict[str, Any]) -> bool:
+    """The experiment ran elastic groups (``ScalingConfig(num_workers=(min, max))``)."""
+    return isinstance(meta.get("scaling"), dict) and "min_workers" in meta["scaling"]
 
 
 def _trial_json(r: Any) -> dict[str, Any]:
@@ -759,10 +765,14 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
         raise _Fail(f"--trial {trial_id}: no such trial in {meta['path']} (trials: {ids}"
                     f"{', …' if len(grid) > 8 else ''})")
     r = found[0]
+    resizes = (meta.get("resizes") or {}).get(r.trial_id, [])
     if as_json:
         info = _trial_json(r)
         info["error"] = str(r.error) if r.error else None
         info["history"] = _jsonable(r._history)
+        if _elastic(meta):
+            info["world_size"] = (meta.get("world_size") or {}).get(r.trial_id)
+            info["resizes"] = resizes
         _out(json.dumps(info, indent=2))
         return EXIT_OK
     _out(f"trial        {r.trial_id} ({r.status}) of {meta.get('name') or meta['path']}")
@@ -777,6 +787,11 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
     _out(f"trial folder {r.path}")
     for step in r.lineage:
         _out(f"lineage      {json.dumps(_jsonable(step), sort_keys=True)}")
+    if _elastic(meta):
+        _out(f"ranks        {(meta.get('world_size') or {}).get(r.trial_id) or '-'} "
+             f"(elastic, {meta['scaling']['min_workers']}..{meta['scaling'].get('num_workers')})")
+    for ev in resizes:
+        _out(f"resize       at iteration {ev.get('iteration')}: {ev.get('message')}")
     if r.error:
         _out("error:")
         _out(str(r.error))
@@ -789,7 +804,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from .search import flatten_dict
 
     target = args.experiment_dir
-    from ._storage import is_remote
+    from .storage._storage import is_remote
 
     if not is_remote(target) and not os.path.exists(target):
         raise _Fail(f"{target}: no such folder; pass an experiment folder (<storage_path>/<name>) or a storage folder "
@@ -831,16 +846,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
         for k in flatten_dict(r.config):
             if k not in keys:
                 keys.append(k)
-    cols = ["trial", "status", "iter", *metrics, *keys, "note"]
+    elastic = _elastic(meta)
+    cols = ["trial", "status", "iter", *(["ranks"] if elastic else []), *metrics, *keys, "note"]
     rows = []
     for r in grid:
         flat = flatten_dict(r.config)
         note = (str(r.error).splitlines()[0] if r.error else r.stop_reason) or ""  # whole: it is the last column
+        resized = (meta.get("resizes") or {}).get(r.trial_id)
+        if resized and not r.error:  # an elastic group's last resize (tuneplat status --trial ID lists them all)
+            note = "; ".join(x for x in (note, f"{resized[-1].get('message')} (at iteration "
+                                               f"{resized[-1].get('iteration')})") if x)
         rows.append(
             [
                 r.trial_id,
                 r.status,
                 str(r.metrics.get("training_iteration", 0)),
+                *([str((meta.get("world_size") or {}).get(r.trial_id) or "-")] if elastic else []),
                 *[_fmt(r.metrics.get(m, "")) for m in metrics],
                 *[_fmt(flat.get(k, "")) for k in keys],
                 note,
@@ -892,7 +913,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
 def _scope_value(result: Any, metric: Any, mode: Any, scope: str) -> Any:
     """The value that ranked ``result`` under ``scope``: its best ever for "all", its average for "avg"."""
-    from ._result import _score
+    from .results._result import _score
 
     if scope == "last":
         return result.metrics.get(metric)

@@ -36,7 +36,8 @@ CASES = [
     ("wrong-type-nested", "s.yaml", T + "scheduler:\n  type: asha\n  max_t: ten\n",
      "s.yaml:4:10: scheduler.max_t: got 'ten' (a string); expected a number > 0"),
     ("wrong-type-toml", "s.toml", 'trainable = "examples.toy:learning_curve"\n[scaling]\nnum_workers = "2"\n',
-     "s.toml:3:15: scaling.num_workers: got '2' (a string); expected an int >= 1"),
+     "s.toml:3:15: scaling.num_workers: got '2' (a string); expected an int >= 1, or [min_workers, max_workers] "
+     "(an elastic group, min <= max)"),
     ("bad-domain-bounds", "s.yaml", T + "param_space:\n  lr: {loguniform: [0.1, 0.001]}\n",
      "s.yaml:3:20: param_space.lr.loguniform: bad domain: lower=0.1 must be < upper=0.001; expected "
      "{loguniform: [lower, upper]} or {loguniform: [lower, upper, base]}"),

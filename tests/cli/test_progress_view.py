@@ -7,7 +7,7 @@ import time
 from types import SimpleNamespace
 
 from tuneplat._progress import ProgressReporter
-from tuneplat._trial import Trial, TrialStatus
+from tuneplat.core._trial import Trial, TrialStatus
 
 LONG = "RuntimeError: " + "a long explanation of what went wrong " * 4
 

@@ -8,8 +8,8 @@ import pytest
 
 import tuneplat as tune
 from tuneplat import read_journal
-from tuneplat._restore import load_trials, prepare_resume
 from tuneplat.cli import main
+from tuneplat.core._replay import load_trials, prepare_resume
 from tuneplat.testing import VirtualTimeExecutor
 
 

@@ -12,8 +12,8 @@ import pytest
 
 import tuneplat as tune
 from tuneplat import read_journal
-from tuneplat._journal import JournalError
 from tuneplat.core import ExperimentLock, ExperimentLockedError
+from tuneplat.core._journal import JournalError
 from tuneplat.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
 from tuneplat.testing import HANG, VirtualTimeExecutor
 
@@ -96,7 +96,7 @@ def test_a_scheduler_that_raises_ends_the_experiment_as_errored(storage):
 
 
 def test_a_full_disk_while_the_journal_writes_ends_cleanly(storage, monkeypatch):
-    from tuneplat._journal import Journal
+    from tuneplat.core._journal import Journal
 
     real_append, real_sync = Journal.append_line, Journal.sync
     calls = {"n": 0}
@@ -313,7 +313,7 @@ def test_a_result_recovered_from_its_checkpoint_survives_a_second_restore(storag
     """The tuner died after journaling checkpoint 3 (with its metrics) but before the result line of iteration 3.
     Restore takes that result from the checkpoint; the resumed run must journal it, or a later restore of the same
     folder (after the trial moved on to checkpoint 10) would show iterations 1, 2, 4, ... (a lost result)."""
-    from tuneplat._restore import load_trials
+    from tuneplat.core._replay import load_trials
 
     grid = _tuner(storage, curve, {"floor": 0.0}, slots=1).fit()
     path = grid.experiment_path

@@ -11,7 +11,7 @@ import stat
 import tuneplat
 from tuneplat import MLflowConfig, RunConfig, TuneConfig, Tuner
 from tuneplat._redact import redact, strip_credentials
-from tuneplat._restore import STATE_FILE, load_tuner_state, save_tuner_state
+from tuneplat.core._replay import STATE_FILE, load_tuner_state, save_tuner_state
 
 SECRET = "s3cr3t-Pa55"
 

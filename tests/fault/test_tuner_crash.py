@@ -15,7 +15,7 @@ import pytest
 
 import tuneplat as tune
 from tuneplat import read_journal
-from tuneplat._restore import load_trials
+from tuneplat.core._replay import load_trials
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuner_script.py")
 

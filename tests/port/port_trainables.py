@@ -114,7 +114,8 @@ def train_fn_per_worker(train_loop_config: dict):
 def train_driver_fn(config: dict):
     from tuneplat.tune.integration.ray_train import TuneReportCallback
 
-    trainer = train.torch.TorchTrainer(
+    # (Ray's guide writes ray.train.torch.TorchTrainer: the same class; train.TorchTrainer spares the tests torch's import)
+    trainer = train.TorchTrainer(
         train_fn_per_worker,
         train_loop_config=config["train_loop_config"],
         scaling_config=train.ScalingConfig(num_workers=config.get("num_workers", 1)),
@@ -123,3 +124,33 @@ def train_driver_fn(config: dict):
     )
     result = trainer.fit()
     tune.report({"loss": result.metrics["loss"], "driver_pid": os.getpid(), "inner_path": result.path})
+
+
+def ft_train_fn_per_worker(train_loop_config: dict):
+    """Ray's fault-tolerance section: resumes from train.get_checkpoint(); fails once at epoch 1."""
+    start = 0
+    checkpoint = train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "epoch")) as f:
+            start = int(f.read()) + 1
+    for epoch in range(start, 3):
+        if epoch == 1 and not os.path.exists(train_loop_config["marker"]):
+            open(train_loop_config["marker"], "w").close()
+            raise RuntimeError("a worker fails at epoch 1 (first run only)")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "epoch"), "w") as f:
+                f.write(str(epoch))
+            train.report({"loss": 1.0 / (epoch + 1), "epoch": epoch, "start": start},
+                         checkpoint=Checkpoint.from_directory(d))
+
+
+def ft_driver_fn(config: dict):
+    from tuneplat.tune.integration.ray_train import TuneReportCallback
+
+    marker = os.path.join(tune.get_context().get_trial_dir(), "failed-once")
+    trainer = train.TorchTrainer(
+        ft_train_fn_per_worker, train_loop_config={"marker": marker},
+        run_config=train.RunConfig(name=f"train-trial_id={tune.get_context().get_trial_id()}",
+                                   callbacks=[TuneReportCallback()]),
+    )
+    trainer.fit()

@@ -112,7 +112,7 @@ def test_a_callback_that_is_not_a_tune_callback_is_refused_at_once(storage):
 
 
 def test_trial_has_rays_status_constants():
-    from tuneplat._trial import Trial
+    from tuneplat.core._trial import Trial
 
     t = Trial("abc_00003", {"lr": 0.01, "net": {"layers": 2}}, "/tmp/t", "objective_abc_00003")
     assert t.status == Trial.PENDING == "PENDING"

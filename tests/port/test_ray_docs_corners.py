@@ -286,3 +286,12 @@ def test_train_v2_trainer_that_cannot_fit_beside_its_trial_says_how_to_size(dask
     results = _run(dask_client, storage, P.train_driver_fn, {"num_workers": 2, "train_loop_config": {"lr": 0.1}})
     assert results.num_errors == 1
     assert "TUNEPLAT_NUM_CPUS=3" in str(results[0].error) and "needs 2 rank(s)" in str(results[0].error)
+
+
+def test_train_v2_retried_trial_continues_its_trainer_run_from_its_checkpoint(dask_client, storage):
+    """Ray's guide: trial-level FailureConfig re-launches the driver; the Train run of the same name continues."""
+    results = _run(dask_client, storage, P.ft_driver_fn, {}, failure_config=FailureConfig(max_failures=1))
+    r = results[0]
+    assert results.num_errors == 0 and r.metrics["epoch"] == 2
+    # the retried driver's Trainer resumed after epoch 0 (its checkpoint), not from scratch
+    assert list(r.metrics_dataframe["epoch"]) == [1, 2] and r.metrics["start"] == 1

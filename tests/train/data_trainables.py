@@ -13,11 +13,13 @@ def record(config: dict) -> None:
     ctx = train.get_context()
     shard = train.get_dataset_shard(config.get("name", "train"))
     kw = config.get("iter_kwargs", {})
+    once = shard.iter_batches(batch_size=config.get("batch_size", 7), **kw)  # made once, looped over every epoch
     for epoch in range(config.get("epochs", 2)):
         ids: list = []
         batches = 0
         sizes = []
-        for batch in shard.iter_batches(batch_size=config.get("batch_size", 7), **kw):
+        each = once if config.get("reuse") else shard.iter_batches(batch_size=config.get("batch_size", 7), **kw)
+        for batch in each:
             col = batch[config.get("column", "id")]
             ids.extend(int(v) for v in (col[:, 0] if col.ndim > 1 else col))
             batches += 1

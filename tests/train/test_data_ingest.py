@@ -113,7 +113,8 @@ def test_dataframe_exact_once_equal_batches_reshuffled_unsplit_whole(dask_client
 def test_dask_array_exact_once(dask_client, storage):
     n = 120
     arr = da.from_array(np.stack([np.arange(n), np.arange(n) * 2], axis=1), chunks=(25, 1))  # rechunked to rows
-    result = _fit(dt.record, {"train": arr}, storage, "array", dask_client, loop={"column": "data", "epochs": 2})
+    result = _fit(dt.record, {"train": arr}, storage, "array", dask_client,
+                  loop={"column": "data", "epochs": 2, "reuse": True})  # one iterable, looped over at each epoch
     _check_exact_once(_seen(result), n)
 
 

@@ -46,18 +46,15 @@ from schedulers import (
     plan_action,
 )
 
-from .._checkpoint import Checkpoint
 from .._config import RunConfig, ScalingConfig, TuneConfig
-from .._journal import Journal, to_jsonable
 from .._progress import ProgressReporter
 from .._settings import env_seconds
-from .._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
-from .._trial import Trial, TrialStatus
 from ..execution._executor import (
     Ended,
     Event,
     ExecutorContext,
     Outcome,
+    Preempted,
     RankFailed,
     Reported,
     Saved,
@@ -67,8 +64,12 @@ from ..execution._executor import (
     TrialSpec,
 )
 from ..search._searcher import BasicVariantGenerator, Searcher
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
+from ._journal import Journal, to_jsonable
 from ._oom import OOM, failure_kind, shrink_config
 from ._stop import MetricCheck, StopRules
+from ._trial import Trial, TrialStatus
 
 logger = logging.getLogger("tuneplat")
 
@@ -133,7 +134,10 @@ class TuneLoop:
         self.metric: Any = tune_config.metric
         self.mode: Any = tune_config.mode
         self.request = scaling_config.per_worker()
-        self.world_size = scaling_config.num_workers
+        self.world_size = scaling_config.max_workers
+        #: an elastic group's fewest ranks (ScalingConfig(num_workers=(min, max))); None for fixed-size groups
+        self.min_world_size = scaling_config.min_workers if scaling_config.elastic else None
+        self._resize_reasons: dict[str, tuple[int | None, str]] = {}  # trial id -> (old size, why) until it restarts
         self.resume = resume
 
         self.searcher: Searcher = tune_config.search_alg or BasicVariantGenerator()
@@ -235,7 +239,8 @@ class TuneLoop:
                 trainable=self.trainable, experiment_name=self.experiment_name, experiment_dir=self.experiment_dir,
                 request=self.request, world_size=self.world_size, placement_strategy=self.sc.placement_strategy,
                 backend=self.sc.backend, metric=self.metric, storage_fs=self.storage_fs,
-                raw_trainable=self.raw_trainable, say=self.reporter.say, trial_io=self.trial_io))
+                raw_trainable=self.raw_trainable, say=self.reporter.say, min_world_size=self.min_world_size,
+                grow_interval_s=self.sc.elastic_resize_monitor_interval_s, trial_io=self.trial_io))
             if self.tc.time_budget_s:
                 self._deadline = self.executor.now() + self.tc.time_budget_s
             if self.executor.dashboard_link:
@@ -245,7 +250,9 @@ class TuneLoop:
                                  "metric": self.metric, "mode": self.mode, "num_samples": self.tc.num_samples,
                                  "scheduler": to_jsonable(self.scheduler.describe()),
                                  "searcher": type(self.searcher).__name__, "resume": self.resume,
-                                 "scaling": {"num_workers": self.world_size, "resources_per_worker": self.request}})
+                                 "scaling": {"num_workers": self.world_size, "resources_per_worker": self.request,
+                                             **({"min_workers": self.min_world_size}
+                                                if self.min_world_size is not None else {})}})
             for cb in self.callbacks:
                 cb.on_experiment_start(self)
             if threading.current_thread() is threading.main_thread():
@@ -383,6 +390,12 @@ class TuneLoop:
             assert self.journal is not None
             self.journal.append({"event": "rank_failure", "trial_id": event.trial_id, "attempt": event.attempt,
                                  "message": event.message})
+        elif isinstance(event, Preempted):
+            assert self.journal is not None
+            self.journal.append({"event": "preempt_notice", "trial_id": event.trial_id, "host": event.host,
+                                 "message": event.message})
+            self.reporter.event(f"trial {event.trial_id}: host {event.host} is leaving ({event.message}); "
+                                "checkpointing, then resizing")
         elif isinstance(event, Starved):
             self._starve(event.message)
 
@@ -562,11 +575,14 @@ class TuneLoop:
         limit = self.tc.max_concurrent_trials
         while True:
             if not self.queue and (self.searcher_done or self.searcher_blocked):
+                self._set_waiting(0)
                 return
             if self._budget_spent():
                 return
             if limit is not None and self.executor.running() >= limit:
+                self._set_waiting(0)  # (none of them could start now anyway)
                 return
+            self._set_waiting(self._could_start() - 1)  # (elastic groups: the others that wait for room)
             if self.queue:  # first in line: it waits for room of its own shape (no overtaking)
                 trial = self.queue[0]
                 shape = self._shape(trial)
@@ -575,12 +591,14 @@ class TuneLoop:
                     continue
                 reservation = self.executor.reserve(*shape)
                 if reservation is None:
+                    self._set_waiting(self._could_start())
                     return
                 self.queue.popleft()
                 self._start(trial, reservation)
                 continue
             reservation = self.executor.reserve()  # the experiment's shape: no suggestion without room
             if reservation is None:
+                self._set_waiting(self._could_start())
                 return
             new = self._suggest()
             shape = self._shape(new) if new is not None else None
@@ -603,7 +621,7 @@ class TuneLoop:
         if shape is None:
             try:
                 sc = self.trial_resources(trial.config)
-                shape = (sc.per_worker(), sc.num_workers)
+                shape = (sc.per_worker(), sc.max_workers)  # (per-trial groups have a fixed size)
                 key = repr((sorted(shape[0].items()), shape[1]))
                 if key not in self._shapes_checked:
                     self.executor.check_fits(*shape)
@@ -615,6 +633,25 @@ class TuneLoop:
                 return None
             self._shapes[trial.trial_id] = shape
         return shape
+
+    def _could_start(self) -> int:
+        """How many trials could start now if there were room: queued ones, then new suggestions (elastic only)."""
+        if self.min_world_size is None:
+            return 0
+        count = len(self.queue)
+        if not (self.searcher_done or self.searcher_blocked or self.stopping):
+            total = getattr(self.searcher, "total", None) if isinstance(self.searcher, BasicVariantGenerator) else None
+            if total is None:
+                total = self.tc.num_samples if self.tc.num_samples != -1 else self.suggested + 1
+            count += max(0, int(total) - self.suggested)
+        limit = self.tc.max_concurrent_trials
+        if limit is not None:
+            count = min(count, max(0, limit - self.executor.running()))
+        return count
+
+    def _set_waiting(self, count: int) -> None:
+        if self.min_world_size is not None:  # (elastic groups only: fixed-size groups behave as before)
+            self.executor.set_waiting(max(0, count))
 
     def _start(self, trial: Trial, reservation: Any) -> None:
         """Start an attempt of ``trial`` on the executor's ``reservation``."""
@@ -654,9 +691,34 @@ class TuneLoop:
         if spec.request is not None:  # its own resources (with_resources(fn), a ScalingConfig with domains)
             event["resources"] = {"num_workers": spec.world_size, "resources_per_worker": dict(spec.request)}
         self.journal.append(event)
+        self._record_world_size(trial, len(where), start_iteration)
         for cb in self.callbacks:
             cb.on_trial_start(self, trial)
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
+
+    def _record_world_size(self, trial: Trial, size: int, start_iteration: int) -> None:
+        """An elastic trial's group started with ``size`` ranks: journal a resize when that changed."""
+        old, why = self._resize_reasons.pop(trial.trial_id, (trial.world_size, ""))
+        old = old if old is not None else trial.world_size
+        trial.world_size = size
+        if self.min_world_size is None:
+            return
+        if old is None or not trial.world_sizes:
+            trial.world_sizes.append((start_iteration, size))
+            return
+        if size == old:
+            return
+        trial.world_sizes.append((start_iteration, size))
+        message = f"resized from {old} to {size} ranks" + (f": {why}" if why else "")
+        assert self.journal is not None
+        self.journal.append({"event": "resize", "trial_id": trial.trial_id, "from_world_size": old,
+                             "to_world_size": size, "iteration": start_iteration, "reason": why,
+                             "message": message})
+        self.reporter.event(f"trial {trial.trial_id} {message}")
+        for cb in self.callbacks:
+            hook = getattr(cb, "on_trial_resize", None)
+            if hook is not None:
+                hook(self, trial, old, size, why)
 
     def _supersede(self, trial: Trial, after: int) -> None:
         assert self.journal is not None
@@ -851,7 +913,28 @@ class TuneLoop:
         f = self._result_files.pop(trial.trial_id, None)
         if f is not None:
             f.close()
-        if event.outcome is Outcome.NOT_STARTED and not self.stopping:
+        if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
+            self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
+        if event.outcome is Outcome.RESIZED and event.preempted:
+            trial.num_preemptions += 1
+            budget = self.rc.failure_config.max_preemption_failures  # type: ignore[union-attr]
+            if budget != -1 and trial.num_preemptions > budget and not self.stopping:
+                trial.error = (f"preempted {trial.num_preemptions} times, more than "
+                               f"FailureConfig(max_preemption_failures={budget}): {event.message}")
+                self._end_trial(trial, TrialStatus.ERROR)
+                self._ready_actions.extend(self._deferred_actions.pop(trial.trial_id, []))
+                self._drain_actions()
+                return
+        if event.outcome is Outcome.RESIZED and not self.stopping and decision is None:
+            trial.status = TrialStatus.PENDING  # it starts again at once, from the checkpoint just committed
+            self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,
+                                 "reason": f"elastic resize: {event.message}"})
+            self.queue.appendleft(trial)
+        elif event.outcome is Outcome.RESIZED and not self.interrupted and decision is None:
+            self._end_trial(trial, TrialStatus.TERMINATED)  # (the experiment is stopping)
+        elif event.outcome is Outcome.RESIZED:
+            trial.status = TrialStatus.PAUSED if decision is Decision.PAUSE else TrialStatus.PENDING
+        elif event.outcome is Outcome.NOT_STARTED and not self.stopping:
             trial.attempts -= 1
             trial.status = TrialStatus.PENDING
             self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,

@@ -17,15 +17,12 @@ from .._init import local_cpus, requested
 from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
 from ._channel import TunerUnreachable
+from ._errors import PlacementError
 from ._runner import CONNECT_TIMEOUT_S, channel_client_context
 
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
 
 logger = logging.getLogger("tuneplat")
-
-
-class PlacementError(ValueError):
-    """A trial can never fit the cluster."""
 
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -639,6 +636,23 @@ class Ledger:
         for a in got:
             self.load[a.address] = self.load.get(a.address, 0) + 1
         return got
+
+    def allocate_between(self, request: Mapping[str, float], lo: int, hi: int,
+                         strategy: str = "PACK") -> list[Assignment] | None:
+        """Reserve as many slots as fit, from ``hi`` down to ``lo`` (an elastic group); None when not even ``lo`` fit."""
+        for n in range(hi, lo - 1, -1):
+            got = self.allocate(request, n, strategy)
+            if got is not None:
+                return got
+        return None
+
+    def free_count(self, request: Mapping[str, float], limit: int, strategy: str = "PACK") -> int:
+        """How many more ranks of ``request`` (up to ``limit``) fit right now; nothing is reserved."""
+        for n in range(limit, 0, -1):
+            pools = {k: list(v) for k, v in self.pools.items()}
+            if self._allocate(request, n, strategy, self.busy, pools) is not None:
+                return n
+        return 0
 
     def check_fits_empty(self, request: Mapping[str, float], n: int, strategy: str = "PACK") -> None:
         """Raise PlacementError when ``n`` ranks of ``request`` can never fit."""

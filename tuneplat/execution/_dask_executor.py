@@ -36,12 +36,14 @@ from schedulers import Decision
 from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
-from ._cluster import Assignment, Cluster, Ledger, PlacementError
+from ._cluster import Assignment, Cluster, Ledger
+from ._errors import PlacementError
 from ._executor import (
     Ended,
     Event,
     ExecutorContext,
     Outcome,
+    Preempted,
     RankFailed,
     Reported,
     Saved,
@@ -99,6 +101,11 @@ class _Group:
     go_sent: bool = False  # "go" went to a rank: user code runs
     started_ok: bool = False  # every rank connected once
     waiting_answer: int | None = None  # the iteration whose report the loop has not answered yet
+    elastic: bool = False  # ScalingConfig(num_workers=(min, max)): it may end to start again at another size
+    answer_staged: bool = False  # the report waiting for its answer carried a checkpoint
+    preempted: str | None = None  # why (a rank's worker is leaving): resize once a checkpoint is committed
+    preempted_ranks: list[int] = field(default_factory=list)
+    resize_reason: str | None = None  # it ends to start again at another size (Outcome.RESIZED)
     leases: list[Assignment] = field(default_factory=list)  # slots of groups this trial started (nested fits)
     requeued: str | None = None  # the trial went back to the queue (every slot waited for a nested group): why
 
@@ -134,7 +141,8 @@ class _LeasedLedger(Ledger):
     trial's connection (:meth:`~tuneplat.train._session.Session.lease`): that
     tuner places the group beside the trial (never on the trial's own worker,
     which its driver function holds) and counts the slots as taken until they
-    are given back. Its own view of the cluster only answers "can it ever fit".
+    are given back: that tuner also decides whether the group can ever fit (its
+    ledger knows the GPUs of an embedded cluster, and which slots its trials hold).
     """
 
     def __init__(self, session: Any) -> None:
@@ -146,6 +154,9 @@ class _LeasedLedger(Ledger):
 
     def release(self, assignment: Assignment) -> None:
         self._session.unlease(assignment.address)
+
+    def check_fits_empty(self, request: Any, n: int, strategy: str = "PACK") -> None:
+        """Nothing to check here: the enclosing trial's tuner refuses a group that can never fit beside the trial."""
 
 
 class DaskTrialExecutor(TrialExecutor):
@@ -181,6 +192,7 @@ class DaskTrialExecutor(TrialExecutor):
         self.hang_timeout_s = env_seconds("TUNEPLAT_HEARTBEAT_TIMEOUT_S", 30)
         self.abort_grace_s = env_seconds("TUNEPLAT_ABORT_GRACE_S", 15)
         self.starve_timeout_s = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)
+        self.waiting = 0  # trials besides the one being placed that wait for room (the loop's set_waiting)
         self.groups: dict[str, _Group] = {}
         self._device_bytes: float | None = None  # memory of the cluster's (smallest) GPU, looked up when needed
         self.idle: list[_Rank] = []
@@ -226,9 +238,10 @@ class DaskTrialExecutor(TrialExecutor):
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.cluster.wait_for_workers()
+        fewest = ctx.min_world_size or ctx.world_size  # (an elastic group starts with its minimum)
         self._refresh_ledger()
         try:
-            self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+            self.ledger.check_fits_empty(ctx.request, fewest, ctx.placement_strategy)
         except PlacementError:
             if not self.cluster.may_grow:
                 raise  # the embedded cluster, or a fixed-size one whose workers are all there
@@ -237,13 +250,13 @@ class DaskTrialExecutor(TrialExecutor):
             def fits() -> bool:
                 self._refresh_ledger()
                 try:
-                    self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+                    self.ledger.check_fits_empty(ctx.request, fewest, ctx.placement_strategy)
                 except PlacementError:
                     return False
                 return True
 
-            self.cluster.wait_to_fit(fits, ctx.request, ctx.world_size, ctx.say, self.starve_timeout_s)
-            self.ledger.check_fits_empty(ctx.request, ctx.world_size, ctx.placement_strategy)
+            self.cluster.wait_to_fit(fits, ctx.request, fewest, ctx.say, self.starve_timeout_s)
+            self.ledger.check_fits_empty(ctx.request, fewest, ctx.placement_strategy)
         host = self.cluster.tuner_host(self._tuner_host)
         self.channel_tls = self.cluster.tls
         self._listener = Listener(self._selector, host, self._tuner_ports, self.cluster.channel_server_context(),
@@ -305,19 +318,20 @@ class DaskTrialExecutor(TrialExecutor):
             return None if self.groups or self.idle else _Reservation(request=request, leased=world_size)
         if self._lease_queue:  # trials wait to place their own groups: they go first
             return None
-        if world_size == 1:
+        elastic = self._is_elastic(request, world_size)
+        if world_size == 1 and not elastic:
             # an idle runner first: the trial starts in the Dask task already there (when it was placed for as much)
             runner = self._take_idle(request)
             if runner is not None:
                 self._starved_since = None
                 return _Reservation(runner=runner, request=request)
-        placement = self.ledger.allocate(request, world_size, ctx.placement_strategy)
+        placement = self._allocate(request, world_size, elastic)
         if placement is None and self.idle:  # idle runners of another shape hold slots: let them go
             self._dismiss_idle()
-            placement = self.ledger.allocate(request, world_size, ctx.placement_strategy)
+            placement = self._allocate(request, world_size, elastic)
         if placement is None and not self.groups:  # nothing running will free a slot: the cluster changed
             self._refresh_ledger()  # (and keep looking while a replacement worker is awaited)
-            placement = self.ledger.allocate(request, world_size, ctx.placement_strategy)
+            placement = self._allocate(request, world_size, elastic)
         if placement is None:
             if not self.groups and self._starved_since is None:
                 self._starved_since = time.monotonic()
@@ -339,6 +353,24 @@ class DaskTrialExecutor(TrialExecutor):
         except ValueError as exc:
             raise PlacementError(str(exc)) from None
 
+    def _is_elastic(self, request: Mapping[str, float], world_size: int) -> bool:
+        """An elastic group: the experiment's ``ScalingConfig(num_workers=(min, max))`` (a trial with resources of
+        its own, ``with_resources``/search domains in ``ScalingConfig``, has a fixed size)."""
+        ctx = self.ctx
+        return ctx.min_world_size is not None and world_size == ctx.world_size and dict(request) == dict(ctx.request)
+
+    def _allocate(self, request: Mapping[str, float], world_size: int, elastic: bool) -> list[Assignment] | None:
+        ctx = self.ctx
+        if not elastic or ctx.min_world_size is None:
+            return self.ledger.allocate(request, world_size, ctx.placement_strategy)
+        # an elastic group: as many ranks as fit, up to its maximum; only its minimum while other trials wait
+        # (they start first; spare workers grow running groups at their checkpoints once nobody waits)
+        hi = ctx.min_world_size if self.waiting > 0 else world_size
+        return self.ledger.allocate_between(request, ctx.min_world_size, hi, ctx.placement_strategy)
+
+    def set_waiting(self, count: int) -> None:
+        self.waiting = count
+
     def unreserve(self, reservation: _Reservation) -> None:
         if reservation.leased:
             return
@@ -359,7 +391,8 @@ class DaskTrialExecutor(TrialExecutor):
             if a.host not in hosts:
                 hosts.append(a.host)
         ranks = [_Rank(i, a, request=reservation.request) for i, a in enumerate(placement)]
-        group = _Group(spec.trial_id, spec.attempt, token, ranks)
+        elastic = runner is None and self._is_elastic(reservation.request or self.ctx.request, self.ctx.world_size)
+        group = _Group(spec.trial_id, spec.attempt, token, ranks, elastic=elastic)
         self.groups[spec.trial_id] = group
         self.tokens[token_id(token)] = group
         ctx = self.ctx
@@ -378,7 +411,7 @@ class DaskTrialExecutor(TrialExecutor):
                 checkpoint_path=spec.checkpoint_path, backend=backend, gpu_ids=list(a.gpu_ids),
                 host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
-                channel_tls=self.channel_tls, trial_io=ctx.trial_io,
+                channel_tls=self.channel_tls, trial_io=ctx.trial_io, elastic=group.elastic,
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)
@@ -400,9 +433,60 @@ class DaskTrialExecutor(TrialExecutor):
             for r in group.ranks:
                 self._send(r, ("abort", group.abort_reason or "the trial's group is being torn down"))
             return
-        reply: tuple[Any, ...] = ("decision", decision.value, True) if save else ("decision", decision.value)
+        staged, group.answer_staged = group.answer_staged, False
+        if group.elastic and decision is Decision.CONTINUE:
+            why = self._resize_reason(group, staged)
+            if why is not None:  # its checkpoint of this step is committed: start again from it at another size
+                self._resize(group, why)
+                return
+        reply: tuple[Any, ...] = ("decision", decision.value)
+        if group.preempted is not None:
+            # "checkpoint now": class trainables save at once (save=True); function trainables see
+            # should_checkpoint() / get_preemption_info() and pass a checkpoint to their next report
+            reply = ("decision", decision.value, True, {"ranks": list(group.preempted_ranks),
+                                                        "reason": group.preempted})
+        elif save:
+            reply = ("decision", decision.value, True)
         for r in group.ranks:
             self._send(r, reply)
+
+    # ------------------------------------------------------------------ elastic groups
+    def _resize_reason(self, group: _Group, staged: bool) -> str | None:
+        """Why ``group`` should start again at another size now (None: it goes on). Called at a checkpoint."""
+        if not staged:
+            return None
+        if group.preempted is not None:
+            return group.preempted
+        ctx = self.ctx
+        size = len(group.ranks)
+        if size >= ctx.world_size or self.waiting > 0:
+            return None
+        if ctx.grow_interval_s is not None and time.monotonic() - group.started < ctx.grow_interval_s:
+            return None
+        if time.monotonic() - self._last_refresh > 0.5:
+            self._refresh_ledger()  # (workers that joined since)
+        free = self.ledger.free_count(ctx.request, ctx.world_size - size, ctx.placement_strategy)
+        if free <= 0:
+            return None
+        return f"{free} more worker(s) free"
+
+    def _resize(self, group: _Group, reason: str) -> None:
+        """End ``group`` to start it again at another size from the checkpoint just committed."""
+        group.resize_reason = reason
+        self._abort_group(group, f"the elastic group is resized ({reason})")
+
+    def _on_preempt(self, group: _Group, rank: _Rank, message: str) -> None:
+        """A rank's worker is leaving: nothing more goes there; the group checkpoints, then resizes."""
+        self.ledger.quarantine(rank.assignment.address)  # (until it leaves the cluster)
+        if rank.index not in group.preempted_ranks:
+            group.preempted_ranks.append(rank.index)
+        if group.preempted is not None or group.aborted:
+            return
+        host = rank.hostname or rank.assignment.host
+        group.preempted = f"host {host} preempted ({message})"
+        self._events.append(Preempted(group.trial_id, host, message))
+        if group.waiting_answer is not None and group.answer_staged:
+            return  # (the report being answered carries a checkpoint: the answer resizes)
 
     def abort(self, trial_id: str, reason: str) -> None:
         group = self.groups.get(trial_id)
@@ -746,6 +830,7 @@ class DaskTrialExecutor(TrialExecutor):
                         self._send(r, ("abort", group.abort_reason or "the trial's group is being torn down"))
                     return
                 group.waiting_answer = iteration
+                group.answer_staged = any(s for _, s in reports.values())
                 self._events.append(Reported(group.trial_id, iteration, reports[0][0],
                                              any(s for _, s in reports.values())))
         elif kind == "saved":  # a checkpoint asked for by answer(save=True), staged after the report
@@ -755,6 +840,12 @@ class DaskTrialExecutor(TrialExecutor):
             if len(got) == len(group.ranks):
                 del group.saves[msg[1]]
                 self._events.append(Saved(group.trial_id, msg[1]))
+                if group.preempted is not None and not group.aborted:
+                    # (the loop commits it before it sees the Ended that follows: events keep their order)
+                    self._resize(group, group.preempted)
+        elif kind == "preempt":  # the rank's Dask worker is closing (retire_workers, scale down, SIGTERM)
+            assert conn.rank is not None
+            self._on_preempt(group, conn.rank, str(msg[1]))
         elif kind == "started":
             assert conn.rank is not None
             conn.rank.started_ack = True
@@ -1061,7 +1152,15 @@ class DaskTrialExecutor(TrialExecutor):
             self._refresh_ledger()  # workers may have left: look before placing more (a parked runner's is there)
         self.tokens.pop(token_id(group.token), None)
         message: str | None
-        if group.failure is not None:
+        if group.resize_reason is not None and group.failure is None:
+            outcome, message, tb = Outcome.RESIZED, group.resize_reason, None
+        elif group.failure is not None and group.preempted is not None and any(
+                r.finished in ("dead", "lost") for r in group.ranks):
+            # its worker left before the group committed a checkpoint: start again from the latest one (what
+            # was trained since is lost); not a failure of the trial
+            outcome, tb = Outcome.RESIZED, None
+            message = f"{group.preempted}; it left before a checkpoint was committed ({group.failure[0]})"
+        elif group.failure is not None:
             outcome, (message, tb) = Outcome.FAILED, group.failure
         elif group.lost_before_start:
             outcome, message, tb = (Outcome.NOT_STARTED, group.requeued or "a worker was lost before the trial started",
@@ -1070,7 +1169,8 @@ class DaskTrialExecutor(TrialExecutor):
             outcome, message, tb = Outcome.ABORTED, group.abort_reason, None
         else:
             outcome, message, tb = Outcome.FINISHED, None, None
-        self._events.append(Ended(group.trial_id, outcome, message, tb))
+        self._events.append(Ended(group.trial_id, outcome, message, tb, world_size=len(group.ranks),
+                                  preempted=outcome is Outcome.RESIZED and group.preempted is not None))
         self._serve_leases()  # slots were freed: waiting nested groups first
 
 

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import traceback
 import weakref
 from collections.abc import Callable
@@ -395,6 +396,8 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
     session = Session(spec, sock, heartbeat.send_lock)
     _set_session(session)
     heartbeat.attach(session)
+    if spec.elastic:
+        _watch_retirement(session)
     store = None
     group_sockets: dict[int, str] = {}
     outcome = "done"
@@ -443,6 +446,41 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             else:
                 os.environ[k] = v
     return outcome, idle
+
+
+#: how often an elastic group's rank looks whether its Dask worker is closing (a local attribute read)
+RETIRE_POLL_S = env_seconds("TUNEPLAT_RETIRE_POLL_S", 0.1)
+
+
+def _watch_retirement(session: Session) -> None:
+    """Tell the tuner once when this rank's Dask worker starts to close (an elastic group's preemption notice).
+
+    ``client.retire_workers``, a cluster scaling down and SIGTERM to ``dask worker``
+    all set the worker's status to ``closing``; the worker then waits for its
+    running tasks (up to its close timeout) before the process ends, which is
+    the grace in which the group checkpoints (``docs/elastic.md``).
+    """
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):  # not in a Dask worker (a test calling run_rank directly)
+        return
+
+    def watch() -> None:
+        while not session.finished.wait(RETIRE_POLL_S):
+            status = getattr(getattr(worker, "status", None), "name", "")
+            if status in ("closing", "closing_gracefully", "closed"):
+                logger.info("tuneplat: trial %s rank %d: Dask worker %s is %s; telling the tuner",
+                            session.spec.trial_id, session.spec.rank, worker.address, status)
+                try:
+                    session.send(("preempt", f"Dask worker {worker.address} is {status}"))
+                except OSError:
+                    pass
+                return
+
+    threading.Thread(target=watch, daemon=True,
+                     name=f"tuneplat-retire-watch-{session.spec.trial_id}-r{session.spec.rank}").start()
 
 
 def _reset_framework_state() -> None:

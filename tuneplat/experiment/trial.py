@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .._trial import Trial
+from ..core._trial import Trial
 
 __all__ = ["Trial"]

@@ -25,7 +25,7 @@ import sys
 import threading
 from typing import Any
 
-from .._callbacks import ControllerCallback
+from ..core._callbacks import ControllerCallback
 
 __all__ = ["FileLoggers", "tensorboard_available"]
 

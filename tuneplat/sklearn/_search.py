@@ -457,7 +457,7 @@ def _check_finished(grid: Any, results: list[Any], n_candidates: int | None, tim
     """An interrupted search raises (as scikit-learn's does on Ctrl-C), instead of scoring what it missed as failures."""
     import os
 
-    from .._journal import read_journal
+    from ..core._journal import read_journal
 
     status = None
     try:

@@ -1,17 +1,21 @@
 """What tuneplat ships for testing and studying experiments without a cluster.
 
 :class:`VirtualTimeExecutor` runs a whole :class:`tuneplat.Tuner` — searcher,
-scheduler, stop rules, journal, restore — over learning curves in virtual time;
-:func:`simulate` replays a recorded experiment under another scheduler
-(``tuneplat simulate``); :func:`recommend` ranks a grid of schedulers on it
-(``tuneplat simulate --recommend``).
+scheduler, stop rules, journal, checkpoints, restore — in virtual time, in the
+tuner's own process: over any trainable the Dask executor runs (one rank), or
+over learning curves; :func:`sleep` and :func:`now` are its clock inside a
+trial. :class:`ExecutorContract` is the conformance suite every executor
+passes alike; :func:`simulate` replays a recorded experiment under another
+scheduler (``tuneplat simulate``); :func:`recommend` ranks a grid of
+schedulers on it (``tuneplat simulate --recommend``).
 """
 
 from __future__ import annotations
 
+from ._contract import ExecutorContract, experiment_record
 from ._recommend import Recommendation, recommend
 from ._simulate import SimulationReport, simulate
-from ._virtual import HANG, VirtualCheckpointStore, VirtualTimeExecutor
+from ._virtual import HANG, VirtualCheckpointStore, VirtualTimeExecutor, now, sleep
 
-__all__ = ["HANG", "Recommendation", "SimulationReport", "VirtualCheckpointStore", "VirtualTimeExecutor", "recommend",
-           "simulate"]
+__all__ = ["ExecutorContract", "HANG", "Recommendation", "SimulationReport", "VirtualCheckpointStore",
+           "VirtualTimeExecutor", "experiment_record", "now", "recommend", "simulate", "sleep"]

@@ -26,10 +26,10 @@ from typing import Any
 
 from .. import schedulers as _schedulers
 from .._config import RunConfig, TuneConfig
-from .._journal import read_journal
-from .._restore import load_trials
-from .._trial import Trial
 from .._tuner import Tuner
+from ..core._journal import read_journal
+from ..core._replay import load_trials
+from ..core._trial import Trial
 from ..execution._executor import TrialSpec
 from ..search._searcher import Searcher
 from ._virtual import VirtualTimeExecutor

@@ -1,47 +1,62 @@
-"""A :class:`~tuneplat.execution.TrialExecutor` that replays learning curves in virtual time.
+"""A :class:`~tuneplat.execution.TrialExecutor` that runs trials in virtual time, in the tuner's process.
 
 The whole tuner runs for real — searcher, scheduler, stop rules, journal,
-callbacks, restore — but trials are not processes: each is a *learning curve*,
-a function of the config that yields result dicts, and time is simulated. A
-1,000-trial ASHA sweep takes well under a second, so it serves tests of the
-tuner's logic, scheduler studies and ``tuneplat simulate``.
+callbacks, checkpoints, restore — but no trial is a process and time is
+simulated, so a whole ``Tuner.fit()`` takes milliseconds: for tests of the
+tuner's behaviour, scheduler studies and ``tuneplat simulate``.
+
+Two kinds of trainable run here:
+
+* **Any trainable the Dask executor runs** — a function calling
+  ``tune.report()``/``train.report()``, ``get_checkpoint()`` and
+  ``get_context()``, a ``tune.Trainable`` class, ``tune.with_parameters``, a
+  ``TorchTrainer`` of one worker. Each trial runs in a thread of its own; its
+  ``report()`` hands the result to the executor and blocks until the tuner
+  answers. Only one trial's code runs at any moment (the executor hands control
+  to one thread and waits for it to report, sleep or end), so a run is
+  deterministic for a given seed. Each iteration takes ``iteration_s`` virtual
+  seconds, or ``time_this_iter_s`` when the reported metrics carry it, or the
+  virtual time the trial spent in :func:`sleep` since its last report.
+  Checkpoints are real: staged and committed in the trial folder as on the
+  cluster. An exception in the trainable fails the attempt with the same message
+  as on the cluster (``rank 0: ValueError: ...``), and retries follow
+  ``FailureConfig``.
+* **Learning curves** — a generator function of the config that yields result
+  dicts (or any ``curve=`` given to the executor, as ``tuneplat simulate``
+  does). A curve may yield :data:`HANG` (the trial stops reporting until the
+  tuner aborts it); every report is checkpointed as an empty folder, written
+  when the executor closes; a restarted attempt skips the results before its
+  checkpoint.
 
 Example:
     >>> import tuneplat as tune
     >>> from tuneplat.testing import VirtualTimeExecutor
-    >>> def curve(config):
+    >>> def train_fn(config):
     ...     for step in range(1, 11):
-    ...         yield {"loss": config["lr"] / step, "time_this_iter_s": 2.0}
-    >>> tuner = tune.Tuner(curve, param_space={"lr": tune.uniform(0, 1)},
+    ...         tune.report({"loss": config["lr"] / step})
+    >>> tuner = tune.Tuner(train_fn, param_space={"lr": tune.uniform(0, 1)},
     ...                    tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=8),
+    ...                    run_config=tune.RunConfig(mlflow=False),
     ...                    executor=VirtualTimeExecutor(num_slots=2))
     >>> grid = tuner.fit()  # doctest: +SKIP
-
-What a curve may yield:
-
-* a dict of metrics: one report; ``time_this_iter_s`` in it sets how long that
-  iteration took in virtual time (default ``iteration_s``);
-* :data:`HANG`: the trial stops reporting and never ends by itself (a hung
-  loop, one very long epoch) until the tuner aborts it;
-* raising an exception fails the attempt, as a crashing trainable would.
-
-Every report is checkpointed (an empty folder, so restore and PBT's clones
-work on disk); a restarted attempt skips the results before its checkpoint.
 """
 
 from __future__ import annotations
 
 import heapq
+import inspect
 import itertools
+import logging
 import os
+import threading
+import time as _time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from schedulers import Decision
 
-from .._storage import LocalCheckpointStore
 from ..execution._executor import (
     Ended,
     Event,
@@ -49,12 +64,18 @@ from ..execution._executor import (
     Outcome,
     RankFailed,
     Reported,
+    Saved,
     Started,
     TrialExecutor,
     TrialSpec,
 )
+from ..execution._trial_io import apply_trial_io
+from ..storage._storage import CheckpointStore, LocalCheckpointStore
+from ..train._session import RankSpec, Session, StopTrial, TrialAborted, _current_session, _set_session
 
-__all__ = ["HANG", "VirtualCheckpointStore", "VirtualTimeExecutor"]
+__all__ = ["HANG", "VirtualCheckpointStore", "VirtualTimeExecutor", "now", "sleep"]
+
+logger = logging.getLogger("tuneplat")
 
 
 class _Hang:
@@ -66,29 +87,74 @@ class _Hang:
 HANG = _Hang()
 
 
-class VirtualCheckpointStore(LocalCheckpointStore):
-    """Checkpoints of virtual trials: nothing is staged by ranks, and nothing is written while the run goes.
+def sleep(seconds: float) -> None:
+    """Let ``seconds`` pass: virtual seconds in a trial of the :class:`VirtualTimeExecutor`, real ones elsewhere.
 
-    Each trial's latest checkpoint becomes an empty folder when the executor
-    closes (:meth:`materialize`), so ``Tuner.restore`` finds it there.
+    A trainable that calls it runs unchanged on both executors; on the
+    virtual-time one, other trials run (in virtual time) meanwhile, and the
+    iteration's ``time_this_iter_s`` counts the time slept.
+
+    Args:
+        seconds: how long, >= 0.
+
+    Raises:
+        ValueError: ``seconds`` is negative.
+    """
+    if seconds < 0:
+        raise ValueError(f"sleep(seconds={seconds!r}): must be >= 0")
+    session = _current_session()
+    if isinstance(session, _VirtualSession):
+        session.sleep(float(seconds))
+    else:
+        _time.sleep(seconds)
+
+
+def now() -> float:
+    """The clock trials see: virtual seconds in a trial of the :class:`VirtualTimeExecutor`, else ``time.time()``."""
+    session = _current_session()
+    if isinstance(session, _VirtualSession):
+        return session.executor.now()
+    return _time.time()
+
+
+class VirtualCheckpointStore(LocalCheckpointStore):
+    """Checkpoints of virtual trials.
+
+    Learning curves stage nothing and nothing is written while the run goes:
+    each trial's latest checkpoint becomes an empty folder when the executor
+    closes (:meth:`materialize`), so ``Tuner.restore`` finds it there. Trials
+    that run a real trainable stage real checkpoints: then every call goes to
+    the store the tuner would use anyway (:attr:`inner`).
     """
 
     def __init__(self) -> None:
         self._latest: dict[str, str] = {}
+        #: the tuner's own store, used for real trainables (set by the executor)
+        self.inner: CheckpointStore | None = None
+
+    def trial_url(self, trial_path: str) -> str | None:
+        return self.inner.trial_url(trial_path) if self.inner is not None else None
 
     def clean_staging(self, trial_path: str) -> None:
-        return None
+        if self.inner is not None:
+            self.inner.clean_staging(trial_path)
 
     def commit(self, trial_path: str, name: str) -> str | None:
+        if self.inner is not None:
+            return self.inner.commit(trial_path, name)
         path = os.path.join(trial_path, name)
         self._latest[trial_path] = path
         return path
 
     def copy(self, src_checkpoint: str, trial_path: str, name: str) -> str | None:
+        if self.inner is not None:
+            return self.inner.copy(src_checkpoint, trial_path, name)
         return self.commit(trial_path, name)
 
     def delete(self, checkpoint_path: str) -> None:
-        if os.path.isdir(checkpoint_path):
+        if self.inner is not None:
+            self.inner.delete(checkpoint_path)
+        elif os.path.isdir(checkpoint_path):
             super().delete(checkpoint_path)
 
     def materialize(self) -> None:
@@ -99,6 +165,8 @@ class VirtualCheckpointStore(LocalCheckpointStore):
 
 @dataclass
 class _VTrial:
+    """A learning curve's trial."""
+
     spec: TrialSpec
     results: Iterator[Any]
     slots: int
@@ -112,22 +180,116 @@ class _VTrial:
     history: list[float] = field(default_factory=list)
 
 
+def _locked() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+class _Runner:
+    """A thread that runs real trainables' trials, one after another (kept for the next trial, as Dask tasks chain).
+
+    Control goes back and forth through two locks held by default: the loop
+    releases ``to_trial`` and waits on ``to_loop``; the trial's thread does the
+    opposite, so exactly one of the two runs at any moment.
+    """
+
+    def __init__(self) -> None:
+        self.to_trial = _locked()
+        self.to_loop = _locked()
+        self.trial: _TTrial | None = None  # None when it is resumed: leave
+        self.thread: threading.Thread | None = None
+
+
+class _TTrial:
+    """A real trainable's trial: its runner and the hand-over of control between it and the loop."""
+
+    def __init__(self, spec: TrialSpec, slots: int, started_at: float) -> None:
+        self.spec = spec
+        self.slots = slots
+        self.seq = 0
+        self.started_at = started_at
+        self.last_report_at = started_at
+        self.slept = False  # the trial slept (virtually) since it was last resumed after a report
+        self.waiting = False  # its report waits for answer()
+        self.pending: tuple[Any, ...] | None = None  # a report to deliver when its iteration's time is up
+        self.inbox: tuple[Any, ...] | None = None  # what the trial finds when it resumes
+        self.outbox: tuple[Any, ...] | None = None  # why it handed control back
+        self.runner: _Runner | None = None  # given when it first runs
+        self.rank_spec: RankSpec | None = None
+        self.done = False
+
+
+class _VirtualSession(Session):
+    """A rank's session whose tuner is the :class:`VirtualTimeExecutor` in the same process."""
+
+    def __init__(self, spec: RankSpec, executor: VirtualTimeExecutor, trial: _TTrial) -> None:
+        super().__init__(spec, cast(Any, None))
+        self.executor = executor
+        self.trial = trial
+        self.aborted: str | None = None
+        self.time_hint: float | None = None  # the reported metrics' own time_this_iter_s
+
+    def send(self, msg: Any) -> None:
+        if msg[0] == "saved":  # a checkpoint asked for by answer(save=True): committed by the loop
+            self.executor._ready.append(Saved(self.spec.trial_id, msg[1]))
+
+    def ask(self, msg: Any) -> Any:
+        if msg[0] == "report" and msg[2] is not None:
+            msg = (*msg, self.time_hint)
+        return self._yield(msg)
+
+    def report(self, metrics: dict[str, Any], checkpoint: Any = None) -> None:
+        dt = metrics.get("time_this_iter_s") if isinstance(metrics, dict) else None
+        self.time_hint = float(dt) if isinstance(dt, (int, float)) and not isinstance(dt, bool) else None
+        super().report(metrics, checkpoint)
+
+    def lease(self, request: dict[str, float], n: int, strategy: str) -> list[Any]:
+        raise RuntimeError("A Trainer's fit() inside a trial (Train-in-Tune) places its ranks on the tuner's Dask "
+                           "cluster; VirtualTimeExecutor has none: run this experiment on the Dask executor.")
+
+    def sleep(self, seconds: float) -> None:
+        reply = self._yield(("sleep", seconds))
+        if reply[0] == "abort":
+            raise TrialAborted(reply[1])
+
+    def _yield(self, msg: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Hand control to the loop with ``msg``; returns what the loop resumes this trial with."""
+        if self.aborted is not None:
+            raise TrialAborted(self.aborted)
+        vt = self.trial
+        runner = vt.runner
+        assert runner is not None
+        vt.outbox = msg
+        runner.to_loop.release()
+        runner.to_trial.acquire()
+        reply = vt.inbox
+        assert reply is not None
+        vt.inbox = None
+        if reply[0] == "abort":
+            self.aborted = reply[1]
+        return reply
+
+
 class VirtualTimeExecutor(TrialExecutor):
-    """Runs trials as learning curves in virtual time (see the module docstring).
+    """Runs trials in the tuner's process in virtual time (see the module docstring).
 
     Args:
         num_slots: how many ranks run at once (a trial takes ``num_workers`` slots).
         iteration_s: virtual seconds an iteration takes when its result has no
-            ``time_this_iter_s``.
+            ``time_this_iter_s`` (and, for a real trainable, it did not :func:`sleep`).
         start_s: virtual seconds a trial takes to start.
         curve: ``curve(spec) -> iterable of results`` instead of calling the
             Tuner's trainable with the config (used by ``tuneplat simulate`` to
             replay recorded trials by id).
+
+    Raises:
+        ValueError: ``num_slots`` is not an int >= 1.
     """
 
     def __init__(self, num_slots: int = 4, *, iteration_s: float = 1.0, start_s: float = 0.0,
                  curve: Callable[[TrialSpec], Iterable[Any]] | None = None) -> None:
-        if not isinstance(num_slots, int) or num_slots < 1:
+        if not isinstance(num_slots, int) or isinstance(num_slots, bool) or num_slots < 1:
             raise ValueError(f"VirtualTimeExecutor(num_slots={num_slots!r}): must be an int >= 1")
         self.num_slots = num_slots
         self.iteration_s = float(iteration_s)
@@ -136,9 +298,14 @@ class VirtualTimeExecutor(TrialExecutor):
         self._now = 0.0
         self._free = num_slots
         self._trials: dict[str, _VTrial] = {}
+        self._threads: dict[str, _TTrial] = {}
+        self._idle: list[_Runner] = []
         self._heap: list[tuple[float, int, str, int]] = []
         self._counter = itertools.count()
         self._ready: list[Event] = []
+        self._curves = True
+        self._saved_env: dict[str, str | None] = {}
+        self._default_store: CheckpointStore | None = None
         self.store = VirtualCheckpointStore()
         #: iterations run and trial-seconds spent, over the whole run (for ``tuneplat simulate``)
         self.iterations = 0
@@ -147,21 +314,39 @@ class VirtualTimeExecutor(TrialExecutor):
     # ------------------------------------------------------------------ the seam
     def setup(self, ctx: ExecutorContext) -> None:
         self.ctx = ctx
+        raw = ctx.raw_trainable
+        self._curves = self._curve is not None or inspect.isgeneratorfunction(raw)
         if ctx.world_size > self.num_slots:
             raise ValueError(f"A trial needs {ctx.world_size} rank(s) but VirtualTimeExecutor(num_slots="
                              f"{self.num_slots}) has fewer slots; raise num_slots.")
-        if self._curve is None and not callable(ctx.raw_trainable):
-            raise TypeError("VirtualTimeExecutor runs learning curves: give the Tuner a function "
-                            "curve(config) that yields result dicts.")
+        if self._curves:
+            return
+        if ctx.world_size != 1:
+            raise ValueError(f"VirtualTimeExecutor runs trainables of one rank, and this one asks for "
+                             f"{ctx.world_size} (ScalingConfig(num_workers={ctx.world_size})): use num_workers=1, "
+                             "or the Dask executor (the Tuner's default) for torch.distributed groups.")
+        if not callable(ctx.trainable):
+            raise TypeError(f"VirtualTimeExecutor cannot run a {type(ctx.trainable).__name__}: give the Tuner a "
+                            "function trainable, a tune.Trainable class or a TorchTrainer.")
+        self.store.inner = self._default_store or LocalCheckpointStore()
+        # every trial here is rank 0 of 1: what the Dask runner sets around each trial holds for the whole run
+        env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "0"}
+        io = ctx.trial_io
+        if io is not None and io.chdir:  # (Ray's variable, as apply_trial_io sets it on a worker)
+            env["TUNE_ORIG_WORKING_DIR"] = io.orig_cwd or os.getcwd()
+        self._saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
 
-    def checkpoint_store(self) -> VirtualCheckpointStore:
+    def checkpoint_store(self, default: CheckpointStore | None = None) -> VirtualCheckpointStore:
+        if default is not None and not isinstance(default, VirtualCheckpointStore):
+            self._default_store = default  # (used only if the trainable is not a learning curve)
         return self.store
 
     def now(self) -> float:
         return self._now
 
     def running(self) -> int:
-        return len(self._trials)
+        return len(self._trials) + len(self._threads)
 
     def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> int | None:
         need = self.ctx.world_size if world_size is None else world_size
@@ -172,7 +357,7 @@ class VirtualTimeExecutor(TrialExecutor):
 
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
         if world_size > self.num_slots:
-            from ..execution._cluster import PlacementError
+            from ..execution._errors import PlacementError
 
             raise PlacementError(f"A trial needs {world_size} rank(s) but VirtualTimeExecutor(num_slots="
                                  f"{self.num_slots}) has fewer slots; raise num_slots.")
@@ -181,6 +366,9 @@ class VirtualTimeExecutor(TrialExecutor):
         self._free += reservation
 
     def start(self, spec: TrialSpec, reservation: int) -> list[str]:
+        if not self._curves:
+            self._start_thread(spec, reservation)
+            return [f"virtual:{spec.trial_id}"]
         try:
             produced = self._curve(spec) if self._curve is not None else self.ctx.raw_trainable(dict(spec.config))
             if produced is None or not isinstance(produced, Iterable):
@@ -204,6 +392,13 @@ class VirtualTimeExecutor(TrialExecutor):
         return [f"virtual:{spec.trial_id}"]
 
     def answer(self, trial_id: str, decision: Decision, *, save: bool = False) -> None:
+        tt = self._threads.get(trial_id)
+        if tt is not None:
+            if tt.waiting:
+                tt.waiting = False
+                self._schedule(tt, 0.0, ("resume", ("decision", decision.value, True) if save
+                                         else ("decision", decision.value)))
+            return
         vt = self._trials.get(trial_id)
         if vt is None or not vt.waiting:
             return
@@ -214,11 +409,22 @@ class VirtualTimeExecutor(TrialExecutor):
             self._end(vt, Outcome.FINISHED)
 
     def abort(self, trial_id: str, reason: str) -> None:
+        tt = self._threads.get(trial_id)
+        if tt is not None:
+            self._unwind(tt, reason)
+            self._end_thread(tt, Outcome.ABORTED, reason)
+            return
         vt = self._trials.get(trial_id)
         if vt is not None:
             self._end(vt, Outcome.ABORTED, reason)
 
     def fail(self, trial_id: str, message: str) -> None:
+        tt = self._threads.get(trial_id)
+        if tt is not None:
+            self._ready.append(RankFailed(trial_id, tt.spec.attempt, message))
+            self._unwind(tt, message)
+            self._end_thread(tt, Outcome.FAILED, message)
+            return
         vt = self._trials.get(trial_id)
         if vt is not None:
             self._ready.append(RankFailed(trial_id, vt.spec.attempt, message))
@@ -234,32 +440,226 @@ class VirtualTimeExecutor(TrialExecutor):
             if limit is not None and when > limit:
                 break
             heapq.heappop(self._heap)
-            vt = self._trials.get(trial_id)
-            if vt is None or vt.seq != seq:
-                continue  # (ended or rescheduled meanwhile)
-            self._now = max(self._now, when)
-            self._report(vt)
-            events, self._ready = self._ready, []
-            return events
+            tt = self._threads.get(trial_id)
+            if tt is not None:
+                if tt.seq != seq:
+                    continue  # (rescheduled meanwhile)
+                self._now = max(self._now, when)
+                self._step_thread(tt)
+            else:
+                vt = self._trials.get(trial_id)
+                if vt is None or vt.seq != seq:
+                    continue  # (ended or rescheduled meanwhile)
+                self._now = max(self._now, when)
+                self._report(vt)
+            if self._ready:
+                events, self._ready = self._ready, []
+                return events
         if limit is not None:
             self._now = max(self._now, limit)
         return []
 
     def teardown(self, reason: str, timeout: float = 30.0) -> list[Event]:
+        for tt in list(self._threads.values()):
+            self._unwind(tt, reason)
+            self._end_thread(tt, Outcome.ABORTED, reason)
         for vt in list(self._trials.values()):
             self._end(vt, Outcome.ABORTED, reason)
         events, self._ready = self._ready, []
         return events
 
     def close(self) -> None:
+        for tt in list(self._threads.values()):
+            try:
+                self._unwind(tt, "the tuner closed")
+            except Exception:  # noqa: BLE001 - close must not raise
+                logger.warning("tuneplat: a virtual trial failed while the executor closed", exc_info=True)
+            else:
+                if tt.runner is not None and tt.done:
+                    self._idle.append(tt.runner)
+        self._threads.clear()
+        for runner in self._idle:
+            runner.trial = None
+            runner.to_trial.release()
+            if runner.thread is not None:
+                runner.thread.join()
+        self._idle.clear()
         self.store.materialize()
         self._trials.clear()
         self._heap.clear()
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._saved_env = {}
 
     def describe(self) -> str:
         return f"virtual time, {self.num_slots} slot(s)"
 
-    # ------------------------------------------------------------------ the simulation
+    # ------------------------------------------------------------------ real trainables, one thread each
+    def _start_thread(self, spec: TrialSpec, reservation: int) -> None:
+        tt = _TTrial(spec, reservation, self._now)
+        ctx = self.ctx
+        tt.rank_spec = RankSpec(
+            trial_id=spec.trial_id, trial_name=spec.name, experiment_name=ctx.experiment_name,
+            trial_dir=spec.path, attempt=spec.attempt, rank=0, world_size=1, local_rank=0, local_world_size=1,
+            node_rank=0, tuner_addr=("virtual", 0), token=b"", config=dict(spec.config),
+            start_iteration=spec.start_iteration, time_offset=spec.time_offset,
+            checkpoint_path=spec.checkpoint_path, backend=ctx.backend or "gloo", metric=ctx.metric,
+            storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir)
+        self._threads[spec.trial_id] = tt
+        self._ready.append(Started(spec.trial_id))
+        self._schedule(tt, self.start_s, ("resume", ("go",)))
+
+    def _runner(self) -> _Runner:
+        if self._idle:
+            return self._idle.pop()
+        runner = _Runner()
+        runner.thread = threading.Thread(target=self._serve, args=(runner,), daemon=True,
+                                         name=f"tuneplat-virtual-{len(self._idle)}-{id(runner):x}")
+        runner.thread.start()
+        return runner
+
+    def _serve(self, runner: _Runner) -> None:
+        """A runner's thread: each time it is resumed with a trial, run it as the Dask runner would."""
+        while True:
+            runner.to_trial.acquire()
+            tt = runner.trial
+            if tt is None:
+                return
+            tt.inbox = None  # ("go",)
+            tt.outbox = self._run_one(tt)
+            tt.done = True
+            runner.trial = None
+            runner.to_loop.release()
+
+    def _run_one(self, tt: _TTrial) -> tuple[Any, ...]:
+        from ..execution._runner import _call
+
+        assert tt.rank_spec is not None
+        session = _VirtualSession(tt.rank_spec, self, tt)
+        _set_session(session, process_wide=False)
+        try:
+            _call(self.ctx.trainable, dict(tt.rank_spec.config))
+        except StopTrial:
+            pass
+        except TrialAborted:
+            return ("end", "aborted", None, None)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner, as from a Dask worker
+            return ("end", "error", f"rank 0: {type(exc).__name__}: {exc}", traceback.format_exc())
+        finally:
+            for cleanup in session.cleanups:
+                try:
+                    cleanup()
+                except Exception:  # noqa: BLE001 - the trial's outcome is decided
+                    logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
+            _set_session(None, process_wide=False)
+        return ("end", "done", None, None)
+
+    def _schedule(self, tt: _TTrial, delay: float, action: tuple[Any, ...]) -> None:
+        tt.seq += 1
+        tt.pending = action
+        heapq.heappush(self._heap, (self._now + delay, next(self._counter), tt.spec.trial_id, tt.seq))
+
+    def _resume(self, tt: _TTrial, msg: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Run the trial's thread until it reports, sleeps or ends; what it handed back."""
+        if tt.runner is None:  # its first run: a runner takes it
+            tt.runner = self._runner()
+            tt.runner.trial = tt
+        runner = tt.runner
+        tt.inbox = msg
+        # the trial runs in its folder, its output captured, as on a Dask worker (only one trial's code runs at once)
+        io = self.ctx.trial_io
+        if io is not None and (io.stdout or io.stderr):
+            with apply_trial_io(io, tt.spec.path):
+                runner.to_trial.release()
+                runner.to_loop.acquire()
+        elif io is not None and io.chdir:
+            before = os.getcwd()
+            try:
+                os.chdir(tt.spec.path)
+            except OSError:
+                pass  # (the trial runs where the tuner runs)
+            try:
+                runner.to_trial.release()
+                runner.to_loop.acquire()
+            finally:
+                os.chdir(before)
+        else:
+            runner.to_trial.release()
+            runner.to_loop.acquire()
+        out = tt.outbox
+        assert out is not None
+        tt.outbox = None
+        return out
+
+    def _step_thread(self, tt: _TTrial) -> None:
+        action = tt.pending
+        tt.pending = None
+        assert action is not None
+        if action[0] == "deliver":  # the iteration's time is up: the report reaches the tuner
+            self._deliver(tt, action[1])
+            return
+        msg = action[1]
+        if msg[0] in ("go", "decision"):
+            tt.slept = False
+        out = self._resume(tt, msg)
+        self._handle(tt, out)
+
+    def _handle(self, tt: _TTrial, out: tuple[Any, ...]) -> None:
+        kind = out[0]
+        if kind == "sleep":
+            tt.slept = True
+            self._schedule(tt, out[1], ("resume", ("woke",)))
+        elif kind == "report":
+            hint = out[4] if len(out) > 4 else None
+            delay = hint if hint is not None else (0.0 if tt.slept else self.iteration_s)
+            self._schedule(tt, max(0.0, delay), ("deliver", out))
+        elif kind == "end":
+            _, how, message, tb = out
+            if how == "error":
+                self._ready.append(RankFailed(tt.spec.trial_id, tt.spec.attempt, message))
+                self._end_thread(tt, Outcome.FAILED, message, tb)
+            elif how == "aborted":
+                self._end_thread(tt, Outcome.ABORTED, "the trial's group is being torn down")
+            else:
+                self._end_thread(tt, Outcome.FINISHED)
+
+    def _deliver(self, tt: _TTrial, out: tuple[Any, ...]) -> None:
+        _, iteration, result, staged = out[:4]
+        dt = self._now - tt.last_report_at
+        tt.last_report_at = self._now
+        self.iterations += 1
+        self.trial_seconds += dt * tt.slots
+        result.update(time_this_iter_s=dt, time_total_s=tt.spec.time_offset + (self._now - tt.started_at),
+                      timestamp=self._now)
+        tt.waiting = True
+        self._ready.append(Reported(tt.spec.trial_id, iteration, result, staged))
+
+    def _unwind(self, tt: _TTrial, reason: str) -> None:
+        """Make a live trial's code leave: its ``report()`` or :func:`sleep` raises, its ``finally`` blocks run."""
+        msg: tuple[Any, ...] = ("abort", reason)
+        if tt.runner is None:  # it never ran: nothing to unwind
+            tt.done = True
+            return
+        while not tt.done:
+            out = self._resume(tt, msg)
+            if out[0] == "end":
+                break
+            # it caught the abort and went on (a bare except): every later report or sleep raises again
+
+    def _end_thread(self, tt: _TTrial, outcome: Outcome, message: str | None = None, tb: str | None = None) -> None:
+        if self._threads.pop(tt.spec.trial_id, None) is None:
+            return
+        tt.seq += 1  # cancels what was scheduled for it
+        tt.waiting = False
+        self._free += tt.slots
+        if tt.runner is not None and tt.done:
+            self._idle.append(tt.runner)  # its thread waits for the next trial
+        self._ready.append(Ended(tt.spec.trial_id, outcome, message, tb))
+
+    # ------------------------------------------------------------------ learning curves
     def _advance(self, vt: _VTrial, delay: float) -> None:
         """Pull the trial's next result and schedule its report when that iteration is done."""
         try:

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._callbacks import Callback
 from .._config import MLflowConfig
 from .._redact import redact
 from .._settings import env_seconds
+from ..core._callbacks import Callback
 
 __all__ = ["MLflowCallback", "default_tracking_uri", "experiment_tags"]
 
@@ -1148,7 +1148,7 @@ class MLflowCallback(Callback):
 
     # ---------------------------------------------------------------- hooks
     def on_experiment_start(self, ctrl: Any) -> None:
-        from .._journal import read_journal
+        from ..core._journal import read_journal
 
         cfg = self.config
         storage_path = os.path.dirname(ctrl.experiment_dir)
@@ -1190,7 +1190,9 @@ class MLflowCallback(Callback):
         params = {
             "metric": _param_value(ctrl.metric), "mode": _param_value(ctrl.mode),
             "num_samples": str(ctrl.tc.num_samples), "searcher": type(ctrl.searcher).__name__,
-            "scheduler": type(ctrl.scheduler).__name__, "scaling/num_workers": str(ctrl.world_size),
+            "scheduler": type(ctrl.scheduler).__name__,
+            "scaling/num_workers": (str(ctrl.world_size) if getattr(ctrl, "min_world_size", None) is None
+                                    else f"({ctrl.min_world_size}, {ctrl.world_size})"),
             "scaling/resources_per_worker": _param_value(dict(ctrl.request)),
             "max_concurrent_trials": str(ctrl.tc.max_concurrent_trials),
         }
@@ -1233,6 +1235,15 @@ class MLflowCallback(Callback):
         if trial.attempts > 1 or ctrl.resume:
             self._put("running", trial.trial_id)
         self._put("tags", trial.trial_id, {"tuneplat.status": "RUNNING", "tuneplat.attempt": str(trial.attempts - 1)})
+        if getattr(ctrl, "min_world_size", None) is not None and trial.world_size:  # an elastic group: size over time
+            step = trial.world_sizes[-1][0] if trial.world_sizes else trial.iteration
+            self._put("metrics", trial.trial_id, [("world_size", float(trial.world_size), int(time.time() * 1000),
+                                                   int(step))])
+            self._put("tags", trial.trial_id, {"tuneplat.world_size": str(trial.world_size)})
+
+    def on_trial_resize(self, ctrl: Any, trial: Any, old: int, new: int, reason: str) -> None:
+        self._put("tags", trial.trial_id, {"tuneplat.resizes": str(len(trial.world_sizes) - 1),
+                                           "tuneplat.last_resize": f"from {old} to {new} ranks: {reason}"[:5000]})
 
     def on_trial_result(self, ctrl: Any, trial: Any, result: dict[str, Any]) -> None:
         self._drain_created(ctrl)
@@ -1330,7 +1341,7 @@ class MLflowCallback(Callback):
     def _best(self, ctrl: Any) -> Any:
         if not isinstance(ctrl.metric, str) or ctrl.mode not in ("min", "max"):
             return None
-        from .._result import ResultGrid
+        from ..results._result import ResultGrid
 
         grid = ResultGrid.from_trials(ctrl.trials, ctrl.metric, ctrl.mode, ctrl.experiment_dir)
         try:

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._checkpoint import Checkpoint
-from .._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 from ..execution._wire import recv_msg, send_msg
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 
 __all__ = [
     "CheckpointUploadMode",
@@ -26,6 +26,7 @@ __all__ = [
     "get_context",
     "get_preemption_info",
     "report",
+    "should_checkpoint",
 ]
 
 
@@ -79,6 +80,7 @@ class RankSpec:
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
+    elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
 
 
@@ -203,12 +205,18 @@ class Session:
         self.send_lock = send_lock or threading.Lock()  # shared by every sender on this connection
         self.finished = threading.Event()
         self.save_requested = False  # the last report's answer asked for a checkpoint of that step
+        self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
 
     def send(self, msg: Any) -> None:
         with self.send_lock:
             send_msg(self.sock, msg)
+
+    def ask(self, msg: Any) -> Any:
+        """Send ``msg`` to the tuner and wait for its reply (a report's decision)."""
+        self.send(msg)
+        return recv_msg(self.sock)
 
     def _stage(self, folder: str) -> None:
         name = checkpoint_name(self.iteration)
@@ -251,14 +259,17 @@ class Session:
             result.update(gpu_memory())
         self.last_report_time = now
         try:
-            self.send(("report", self.iteration, result, staged))
-            reply = recv_msg(self.sock)
+            reply = self.ask(("report", self.iteration, result, staged))
         except (ConnectionError, OSError) as exc:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
         kind = reply[0]
         if kind == "decision":
             # the tuner asks for a checkpoint of this step (a callback set result["should_checkpoint"])
             self.save_requested = len(reply) > 2 and bool(reply[2])
+            notice = reply[3] if len(reply) > 3 else None  # a worker of the group is leaving: checkpoint now
+            self.checkpoint_requested = bool(notice)
+            if isinstance(notice, dict):
+                self.preemption = PreemptionInfo(list(notice.get("ranks", [])), None, str(notice.get("reason", "")))
             if reply[1] != "CONTINUE":
                 self.stopped = True
                 raise StopTrial()
@@ -293,7 +304,7 @@ class Session:
             if kind == "leased":
                 return list(reply[1])
             if kind == "refused":
-                from ..execution._cluster import PlacementError
+                from ..execution._errors import PlacementError
 
                 raise PlacementError(reply[1])
             if kind == "requeue":
@@ -395,14 +406,21 @@ _local = threading.local()
 _process_session: Session | None = None
 
 
-def _set_session(session: Session | None) -> None:
+def _set_session(session: Session | None, *, process_wide: bool = True) -> None:
+    """Make ``session`` the calling thread's (and, ``process_wide``, every other thread's without one)."""
     global _process_session
     _local.session = session
-    _process_session = session
+    if process_wide:
+        _process_session = session
+
+
+def _current_session() -> Session | None:
+    """The calling thread's session, else the process's, else None."""
+    return getattr(_local, "session", None) or _process_session
 
 
 def _get_session(fn: str) -> Session:
-    session = getattr(_local, "session", None) or _process_session
+    session = _current_session()
     if session is None:
         raise RuntimeError(
             f"tuneplat.{fn}() was called outside a trial. Call it from the function you pass to "
@@ -507,6 +525,30 @@ def report(metrics: dict[str, Any] | None = None, checkpoint: Checkpoint | None 
     if metrics is None:
         raise TypeError("report() takes a dict of metrics: tune.report({'loss': ...}).")
     session.report(metrics, checkpoint)
+
+
+def should_checkpoint() -> bool:
+    """Whether the trial should pass a checkpoint to its next ``report()``: a worker of its group is leaving.
+
+    True after a ``report()`` whose answer said "checkpoint now": a Dask worker
+    holding a rank of this elastic group (``ScalingConfig(num_workers=(min, max))``)
+    was asked to leave (``client.retire_workers``, a cluster scaling down, SIGTERM to
+    ``dask worker``). Every rank sees the same value (it comes with the answer to
+    the collective ``report()``). The group's next ``report(..., checkpoint=...)``
+    is committed, then the group starts again from it without the leaving worker,
+    so no step is lost. It stays False for fixed-size groups. Ray Train V2's way
+    to ask the same is :func:`get_preemption_info` (not None from the same
+    report on, with the leaving ranks); see ``docs/elastic.md``.
+
+    Example:
+        >>> for epoch in range(start, epochs):  # doctest: +SKIP
+        ...     loss = train_one_epoch(model)
+        ...     ckpt = None
+        ...     if epoch % 10 == 9 or tuneplat.train.should_checkpoint():
+        ...         ckpt = save(model, epoch)
+        ...     tuneplat.train.report({"loss": loss}, checkpoint=ckpt)
+    """
+    return _get_session("should_checkpoint").checkpoint_requested
 
 
 def get_checkpoint() -> Checkpoint | None:

@@ -55,6 +55,30 @@ def _nested_run(run_config: RunConfig | None) -> RunConfig:
     return dataclasses.replace(rc, **changes) if changes else rc
 
 
+def _earlier_run(run_config: RunConfig) -> str | None:
+    """Ray Train V2 inside a retried Tune trial: the run of the same ``storage_path`` and ``name`` continues.
+
+    The folder of an earlier run with that name that recorded a trial (a local
+    or ``file://`` storage path), else None (a new run).
+    """
+    import os
+
+    from ..storage._storage import resolve_storage_path
+
+    storage = run_config.storage_path
+    if not run_config.name or (storage is not None and "://" in str(storage) and not str(storage).startswith("file:")):
+        return None
+    folder = os.path.join(resolve_storage_path(storage), run_config.name)
+    try:
+        with open(os.path.join(folder, "journal.jsonl"), encoding="utf-8", errors="replace") as f:
+            recorded = any('"trial_add"' in line for line in f)
+    except OSError:
+        return None
+    from .._tuner import Tuner
+
+    return folder if recorded and Tuner.can_restore(folder) else None
+
+
 class DataParallelTrainer(ConvertibleTrainer):
     """Runs ``train_loop_per_worker(config)`` on ``scaling_config.num_workers`` ranks (``ray.train.DataParallelTrainer``).
 
@@ -107,7 +131,7 @@ class DataParallelTrainer(ConvertibleTrainer):
                                 f"{type(dataset_config).__name__}")
             self.dataset_config = dataset_config
             if datasets is not None:
-                self._sources = as_sources(datasets, int(self.scaling_config.num_workers or 1))
+                self._sources = as_sources(datasets, self.scaling_config.max_workers)
                 self.datasets = dict(datasets)
                 self._dataset_names = list(self._sources)
                 dataset_config.check_names(self._dataset_names)
@@ -137,10 +161,12 @@ class DataParallelTrainer(ConvertibleTrainer):
         from .._tuner import Tuner
 
         run_config = self.run_config
+        restore_path = self._restore_path
         if current_session() is not None:  # inside a Tune trial (Ray Train V2's Train-in-Tune): see _nested_run
             run_config = _nested_run(run_config)
-        if self._restore_path is not None:
-            tuner = Tuner.restore(self._restore_path, self, resume_errored=True, client=self.client,
+            restore_path = restore_path or _earlier_run(run_config)
+        if restore_path is not None:
+            tuner = Tuner.restore(restore_path, self, resume_errored=True, client=self.client,
                                   run_config=run_config if run_config is not self.run_config else None)
         else:
             tuner = Tuner(self, run_config=run_config, client=self.client)
@@ -153,6 +179,7 @@ class DataParallelTrainer(ConvertibleTrainer):
                 pass
         tuner._caller = f"{self._name}.fit()"
         tuner._chdir_to_trial_dir = False  # Ray Train V2: a Trainer's workers keep their working directory
+        tuner._auto_file_loggers = current_session() is None  # inside a trial: the trial's files are the record
         result = tuner.fit()[0]
         if result.error is not None:
             raise TrainingFailedError(f"Training failed: {result.error}") from result.error
@@ -196,7 +223,7 @@ class DataParallelTrainer(ConvertibleTrainer):
 
         import cloudpickle
 
-        from .._storage import resolve_storage_path
+        from ..storage._storage import resolve_storage_path
 
         folder = resolve_storage_path(path)
         saved: DataParallelTrainer | None = None

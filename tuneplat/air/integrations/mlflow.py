@@ -26,8 +26,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..._callbacks import ControllerCallback
 from ..._config import MLflowConfig
+from ...core._callbacks import ControllerCallback
 from ...logger import LoggerCallback
 
 __all__ = ["MLflowLoggerCallback", "TARGET_FILE", "mirror_config", "setup_mlflow"]

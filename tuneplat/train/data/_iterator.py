@@ -1,7 +1,7 @@
 """In the rank: ``train.get_dataset_shard(name)`` and the iterator over its batches (``ray.data.DataIterator``).
 
-Each call of :meth:`DataIterator.iter_batches` (or ``iter_torch_batches``,
-``iter_rows``) is one epoch. At its start the rank reads the group's world
+Each pass over what :meth:`DataIterator.iter_batches` (or ``iter_torch_batches``,
+``iter_rows``) returns is one epoch. At its start the rank reads the group's world
 size and its rank from the trial's context, plans its slices of the
 partitions (:mod:`._plan`), and asks the Dask cluster for the first
 ``prefetch_partitions + 1`` of them; each partition is computed on a worker
@@ -19,7 +19,7 @@ import queue
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .._session import Session, _get_session
@@ -131,18 +131,22 @@ def _columns(source: Source, value: Any, s: Slice) -> dict[str, Any]:
     if source.kind == "array":
         return {"data": np.asarray(value[s.start:s.stop])}
     items = list(value)[s.start:s.stop]
-    if items and all(isinstance(i, Mapping) for i in items):
-        import pandas as pd
+    if items and all(isinstance(i, Mapping) for i in items):  # records: a column per key (Ray's from_items)
+        keys = list(dict.fromkeys(k for i in items for k in i))
+        return {str(k): _array([i.get(k) for i in items]) for k in keys}
+    return {"item": _array(items)}
 
-        frame = pd.DataFrame.from_records(items)
-        return {str(c): frame[c].to_numpy() for c in frame.columns}
-    arr = np.empty(len(items), dtype=object)
-    arr[:] = items
+
+def _array(values: list[Any]) -> Any:
+    """A numpy array of ``values`` (lists of equal length become a 2-d array), else one of objects."""
+    import numpy as np
+
     try:
-        arr = np.asarray(items)
-    except (ValueError, TypeError):
-        pass
-    return {"item": arr}
+        return np.asarray(values)
+    except (ValueError, TypeError):  # ragged
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        return arr
 
 
 def _take(chunks: collections.deque[dict[str, Any]], n: int) -> dict[str, Any]:
@@ -272,12 +276,28 @@ def _torch_dtype(dtypes: Any, column: str) -> Any:
     return dtypes
 
 
+class _Epochs:
+    """What ``iter_batches()`` & co. return: an iterable whose every pass (``for batch in it``) is a new epoch.
+
+    As in Ray, ``batches = shard.iter_torch_batches(...)`` may be made once and looped over at each epoch.
+    """
+
+    def __init__(self, start: Callable[[], Iterator[Any]]) -> None:
+        self._start = start
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._start()
+
+    def map(self, fn: Callable[[Any], Any]) -> _Epochs:
+        return _Epochs(lambda: (fn(b) for b in self._start()))
+
+
 class DataIterator:
     """One rank's view of a dataset: its shard when the dataset is split, the whole dataset otherwise.
 
-    Returned by :func:`get_dataset_shard`; every pass over it (each call of
-    :meth:`iter_batches`, :meth:`iter_torch_batches` or :meth:`iter_rows`) is one
-    epoch. Every rank of a trial must take its passes together (as with DDP's
+    Returned by :func:`get_dataset_shard`; every pass over what :meth:`iter_batches`,
+    :meth:`iter_torch_batches` or :meth:`iter_rows` return is one epoch (the same
+    iterable may be looped over again for the next epoch). Every rank of a trial must take its passes together (as with DDP's
     collectives): a split dataset gives each rank the same number of rows.
     """
 
@@ -317,7 +337,7 @@ class DataIterator:
         return slices, client
 
     def _numpy_batches(self, batch_size: int | None, drop_last: bool, local_shuffle_buffer_size: int | None,
-                       local_shuffle_seed: int | None, prefetch_batches: int) -> Iterator[dict[str, Any]]:
+                       local_shuffle_seed: int | None, prefetch_batches: int) -> _Epochs:
         import numpy as np
 
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
@@ -325,28 +345,32 @@ class DataIterator:
             raise ValueError(f"batch_size={batch_size!r}: it must be a positive int (or None for whole partitions).")
         if local_shuffle_buffer_size is not None and local_shuffle_buffer_size < 0:
             raise ValueError(f"local_shuffle_buffer_size={local_shuffle_buffer_size!r}: it must be >= 0 or None.")
-        epoch = self._epoch
-        slices, client = self._slices()
-        rng = None
-        if local_shuffle_buffer_size:
-            session = self._session() if self._session is not None else None
-            rank = session.context.get_world_rank() if session is not None else 0
-            seq = None if local_shuffle_seed is None else [local_shuffle_seed, epoch, rank]
-            rng = np.random.default_rng(seq)
         source, window = self._source, self._config.prefetch_partitions
 
-        def make() -> Iterator[dict[str, Any]]:
-            chunks = (_columns(source, value, s) for s, value in _Fetcher(source, slices, window, client))
-            return _batched(chunks, batch_size, drop_last, local_shuffle_buffer_size, rng)
+        def start() -> Iterator[dict[str, Any]]:  # one epoch, planned when the loop over it begins
+            epoch = self._epoch
+            slices, client = self._slices()
+            rng = None
+            if local_shuffle_buffer_size:
+                session = self._session() if self._session is not None else None
+                rank = session.context.get_world_rank() if session is not None else 0
+                seq = None if local_shuffle_seed is None else [local_shuffle_seed, epoch, rank]
+                rng = np.random.default_rng(seq)
 
-        if prefetch_batches and prefetch_batches > 0:
-            return _in_background(make, prefetch_batches)
-        return make()
+            def make() -> Iterator[dict[str, Any]]:
+                chunks = (_columns(source, value, s) for s, value in _Fetcher(source, slices, window, client))
+                return _batched(chunks, batch_size, drop_last, local_shuffle_buffer_size, rng)
+
+            if prefetch_batches and prefetch_batches > 0:
+                return _in_background(make, prefetch_batches)
+            return make()
+
+        return _Epochs(start)
 
     # ------------------------------------------------------------------ Ray's DataIterator methods
     def iter_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256, batch_format: str = "numpy",
                      drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
-                     local_shuffle_seed: int | None = None, _collate_fn: Any = None) -> Iterator[Any]:
+                     local_shuffle_seed: int | None = None) -> Iterable[Any]:
         """One epoch of batches: dicts of numpy arrays by column (``"numpy"``/``"default"``) or pandas DataFrames.
 
         A Dask array's rows come as the column ``"data"``; a bag's items that are
@@ -371,13 +395,13 @@ class DataIterator:
         batches = self._numpy_batches(batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed,
                                       prefetch_batches)
         if batch_format == "pandas":
-            return (_to_pandas(b) for b in batches)
+            return batches.map(_to_pandas)
         return batches
 
     def iter_torch_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256, dtypes: Any = None,
                            device: Any = "auto", collate_fn: Callable[[dict[str, Any]], Any] | None = None,
                            drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
-                           local_shuffle_seed: int | None = None) -> Iterator[Any]:
+                           local_shuffle_seed: int | None = None) -> Iterable[Any]:
         """One epoch of batches as dicts of torch tensors by column, on the rank's device by default.
 
         Args:
@@ -399,7 +423,7 @@ class DataIterator:
         batches = self._numpy_batches(batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed,
                                       prefetch_batches)
         if collate_fn is not None:
-            return (collate_fn(b) for b in batches)
+            return batches.map(collate_fn)
         import torch
 
         if device == "auto":
@@ -429,14 +453,19 @@ class DataIterator:
                 out[col] = t
             return out
 
-        return (convert(b) for b in batches)
+        return batches.map(convert)
 
-    def iter_rows(self, *, prefetch_batches: int = 1) -> Iterator[dict[str, Any]]:
-        """One epoch, row by row (dicts by column)."""
-        for batch in self.iter_batches(batch_size=None, prefetch_batches=prefetch_batches):
-            cols = list(batch)
-            for i in range(_rows(batch)):
-                yield {c: batch[c][i] for c in cols}
+    def iter_rows(self, *, prefetch_batches: int = 1) -> Iterable[dict[str, Any]]:
+        """Row by row (dicts by column); each pass is one epoch."""
+        batches = self.iter_batches(batch_size=None, prefetch_batches=prefetch_batches)
+
+        def rows() -> Iterator[dict[str, Any]]:
+            for batch in batches:
+                cols = list(batch)
+                for i in range(_rows(batch)):
+                    yield {c: batch[c][i] for c in cols}
+
+        return _Epochs(rows)
 
 
 def _to_pandas(batch: dict[str, Any]) -> Any:
@@ -448,7 +477,7 @@ def _to_pandas(batch: dict[str, Any]) -> Any:
 def _rank_device() -> Any:
     import torch
 
-    from ..torch import get_device
+    from ..torch._torch import get_device
 
     try:
         return get_device()

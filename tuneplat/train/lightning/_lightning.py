@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..._checkpoint import Checkpoint
+from ...storage._checkpoint import Checkpoint
 from .. import _session as _sessions
 from .._extras import require
 

@@ -11,7 +11,7 @@ from typing import Any
 import transformers.trainer
 from transformers.trainer_callback import TrainerCallback
 
-from ...._checkpoint import Checkpoint
+from ....storage._checkpoint import Checkpoint
 from ... import _session as _sessions
 
 __all__ = ["CHECKPOINT_NAME", "RayTrainReportCallback"]

@@ -9,9 +9,9 @@ from typing import Any
 
 import cloudpickle
 
-from ._checkpoint import Checkpoint
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import fs_for_url, is_remote, remote_is_committed
 from ._journal import JournalError, read_journal
-from ._storage import fs_for_url, is_remote, remote_is_committed
 from ._trial import Trial, TrialStatus
 
 __all__ = ["TunerStateError", "load_trials", "load_tuner_state", "prepare_resume", "restore_problem", "save_tuner_state",
@@ -32,7 +32,7 @@ def _without_secrets(state: dict[str, Any]) -> dict[str, Any]:
     """
     import dataclasses
 
-    from ._redact import has_credentials, strip_credentials
+    from .._redact import has_credentials, strip_credentials
 
     rc = state.get("run_config")
     if rc is None or not dataclasses.is_dataclass(rc):
@@ -189,7 +189,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
         tid = str(ev.get("trial_id") or "")
         t = trials.get(tid) if tid else None
         if kind == "experiment":
-            meta = {k: ev.get(k) for k in ("name", "metric", "mode", "num_samples")}
+            meta = {k: ev.get(k) for k in ("name", "metric", "mode", "num_samples", "scaling")}
         elif kind == "trial_add":
             path = ev["path"]
             if not os.path.isdir(path):  # the folder moved: trial folders sit beside the journal
@@ -200,6 +200,13 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
         elif kind == "trial_start":
             t.attempts = max(t.attempts, int(ev.get("attempt", 0)) + 1)
             t.status = TrialStatus.RUNNING
+            t.world_size = len(ev.get("workers") or ()) or t.world_size
+            if not t.world_sizes and t.world_size:
+                t.world_sizes.append((int(ev.get("start_iteration") or 0), t.world_size))
+        elif kind == "resize":  # an elastic group started again at another size: what `tuneplat status` shows
+            t.world_sizes.append((int(ev.get("iteration") or 0), int(ev.get("to_world_size") or 0)))
+            meta.setdefault("resizes", {}).setdefault(tid, []).append(
+                {k: ev.get(k) for k in ("iteration", "from_world_size", "to_world_size", "reason", "message")})
         elif kind == "result":
             t.results.append(ev["result"])
         elif kind == "superseded":

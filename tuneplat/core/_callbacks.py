@@ -33,6 +33,9 @@ class ControllerCallback:
 
     def on_trial_failure(self, ctrl: Any, trial: Any, message: str, will_retry: bool) -> None: ...
 
+    def on_trial_resize(self, ctrl: Any, trial: Any, old: int, new: int, reason: str) -> None:
+        """An elastic trial's group started again with ``new`` ranks instead of ``old`` (``reason``: why)."""
+
     def on_trial_exploit(self, ctrl: Any, trial: Any, event: dict[str, Any]) -> None: ...
 
     def on_trial_complete(self, ctrl: Any, trial: Any) -> None: ...

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ._checkpoint import Checkpoint
+from ..storage._checkpoint import Checkpoint
 
 __all__ = ["Trial", "TrialStatus"]
 
@@ -69,6 +69,12 @@ class Trial:
     trainable_name: str = ""
     #: set by PBT's clone: the next attempt goes on from this training_iteration (the source checkpoint's)
     restart_iteration: int | None = None
+    #: ranks of its current (or last) group; elastic groups change it (ScalingConfig(num_workers=(min, max)))
+    world_size: int | None = None
+    #: elastic groups: ``(start_iteration, ranks)`` of each attempt whose size differed from the one before
+    world_sizes: list[tuple[int, int]] = field(default_factory=list)
+    #: elastic groups: restarts because a worker was preempted (``FailureConfig.max_preemption_failures``)
+    num_preemptions: int = 0
     #: the trial failed in a way a retry cannot fix (a misspelt metric): no retries
     no_retry: bool = False
     #: restore took its last result from its last checkpoint's metrics (the tuner died between the two journal
@@ -96,7 +102,7 @@ class Trial:
     @property
     def experiment_tag(self) -> str:
         """A short tag of the trial's config values, as Ray's (e.g. ``3_lr=0.0100,layers=2``)."""
-        from .search._space import flatten_dict
+        from ..search._space import flatten_dict
 
         index = self.trial_id.rsplit("_", 1)[-1].lstrip("0") or "0"
         parts = []
@@ -108,7 +114,7 @@ class Trial:
     @property
     def evaluated_params(self) -> dict[str, Any]:
         """The config, flattened (``"a/b"`` keys)."""
-        from .search._space import flatten_dict
+        from ..search._space import flatten_dict
 
         return dict(flatten_dict(self.config))
 

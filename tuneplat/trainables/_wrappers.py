@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._config import ScalingConfig
+from .._config import ScalingConfig
 
 __all__ = ["ParameterizedTrainable", "PlacementGroupFactory", "resources_of", "trial_resources_of", "with_parameters",
            "with_resources"]
@@ -85,8 +85,8 @@ class ParameterizedTrainable:
 
 
 def _unwrap(trainable: Any, where: str) -> tuple[Callable[..., Any], ParameterizedTrainable | None]:
+    from ._base import ConvertibleTrainer
     from ._trainable import Trainable, TrainableFunction
-    from .trainables._base import ConvertibleTrainer
 
     if isinstance(trainable, ParameterizedTrainable):
         return trainable._fn, trainable
