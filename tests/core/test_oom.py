@@ -116,7 +116,7 @@ def test_gpu_memory_requests_become_a_share_of_a_device():
         as_gpu_share({"GPU_memory": 100 * 2**30}, 80 * 2**30)
     with pytest.raises(ValueError, match="no GPU whose memory is known"):
         as_gpu_share({"GPU_memory": 2**30}, None)
-    from tuneplat._wrappers import resources_of
+    from tuneplat.trainables._wrappers import resources_of
 
     wrapped = tune.with_resources(needs_memory, {"cpu": 1, "gpu_memory": "8GiB"})
     assert resources_of(wrapped).per_worker() == {"CPU": 1.0, "GPU_memory": 8 * 2**30}

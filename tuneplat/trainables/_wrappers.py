@@ -164,7 +164,7 @@ def _scaling_from_dict(resources: Mapping[str, Any]) -> ScalingConfig:
     for key, value in resources.items():
         name = str(key)
         if name.lower() == "gpu_memory":  # {"gpu_memory": "10GiB"}: packed by memory (docs/resources.md)
-            from .execution._gpu_memory import GPU_MEMORY, parse_memory
+            from ..execution._gpu_memory import GPU_MEMORY, parse_memory
 
             per_worker[GPU_MEMORY] = parse_memory(value, f"resources[{key!r}]")
             continue
