@@ -47,7 +47,6 @@ from schedulers import (
 )
 
 from .._config import RunConfig, ScalingConfig, TuneConfig
-from .._progress import ProgressReporter
 from .._settings import env_seconds
 from ..execution._executor import (
     Ended,
@@ -56,8 +55,10 @@ from ..execution._executor import (
     Outcome,
     Preempted,
     RankFailed,
+    RankStats,
     Reported,
     Saved,
+    StacksCaptured,
     Started,
     Starved,
     TrialExecutor,
@@ -66,6 +67,7 @@ from ..execution._executor import (
 from ..search._searcher import BasicVariantGenerator, Searcher
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
+from ..tracking._progress import ProgressReporter
 from ._journal import Journal, to_jsonable
 from ._stop import MetricCheck, StopRules
 from ._trial import Trial, TrialStatus
@@ -165,7 +167,12 @@ class TuneLoop:
         self.reporter = ProgressReporter(self.metric, self.mode, run_config.verbose, run_config.progress_interval_s)
         self.stop_grace_s = env_seconds("TUNEPLAT_STOP_GRACE_S", 5)  # a stopped trial that does not report
         self.journal: Journal | None = None
+        self._stats_journaled: dict[str, float] = {}  # trial id -> when its system metrics were last journaled
+        # system metrics reach the journal at most this often per trial (every sample goes to the callbacks/MLflow)
+        self._stats_journal_s = env_seconds("TUNEPLAT_SYSTEM_METRICS_JOURNAL_S", 60)
         self._looping = False
+        #: where a re-run moved the previous run of this experiment (the MLflow mirror renames its parent run)
+        self.previous_run_dir: str | None = None
 
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:
@@ -397,6 +404,45 @@ class TuneLoop:
                                 "checkpointing, then resizing")
         elif isinstance(event, Starved):
             self._starve(event.message)
+        elif isinstance(event, RankStats):
+            self._on_rank_stats(event)
+        elif isinstance(event, StacksCaptured):
+            self._on_stacks(event)
+
+    def _on_rank_stats(self, event: RankStats) -> None:
+        """System metrics of a trial's ranks: to the callbacks (MLflow's system metrics), to the journal rarely."""
+        trial = self.by_id.get(event.trial_id)
+        if trial is None:
+            return
+        for cb in self.callbacks:
+            hook = getattr(cb, "on_system_metrics", None)
+            if hook is not None:
+                try:
+                    hook(self, trial, event.system, event.timestamp)
+                except Exception:  # noqa: BLE001 - observability must never end an experiment
+                    logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
+        last = self._stats_journaled.get(event.trial_id, 0.0)
+        if event.timestamp - last >= self._stats_journal_s:
+            self._stats_journaled[event.trial_id] = event.timestamp
+            assert self.journal is not None
+            self.journal.append({"event": "system_metrics", "trial_id": event.trial_id, "timestamp": event.timestamp,
+                                 "ranks": {str(k): v for k, v in event.system.items()}})
+
+    def _on_stacks(self, event: StacksCaptured) -> None:
+        """Stacks of a trial's ranks were captured (a hang, or ``tuneplat stacks``): journal them, tell MLflow."""
+        assert self.journal is not None
+        self.journal.append({"event": "stacks", "trial_id": event.trial_id, "path": event.path,
+                             "summary": event.summary, "reason": event.reason})
+        trial = self.by_id.get(event.trial_id)
+        if trial is None:
+            return
+        for cb in self.callbacks:
+            hook = getattr(cb, "on_stacks", None)
+            if hook is not None:
+                try:
+                    hook(self, trial, event.path, event.summary, event.reason)
+                except Exception:  # noqa: BLE001
+                    logger.debug("tuneplat: on_stacks failed", exc_info=True)
 
     def _finished(self) -> bool:
         if self.running or (self.queue and not self.stopping):

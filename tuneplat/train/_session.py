@@ -13,6 +13,7 @@ from typing import Any
 from ..execution._wire import recv_msg, send_msg
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
+from ._telemetry import RankMonitor
 
 __all__ = [
     "CheckpointUploadMode",
@@ -78,9 +79,11 @@ class RankSpec:
     abort_grace_s: float = 15.0  # after the tuner aborted the group, how long user code may take to unwind
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
+    system_metrics_s: float = 5.0  # how often the rank samples CPU/memory/GPU (0: never); see train/_telemetry.py
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
+    rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
 
 
 class TrainContext:
@@ -166,6 +169,7 @@ class Session:
         self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
+        self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
 
     def send(self, msg: Any) -> None:
         with self.send_lock:
@@ -215,10 +219,13 @@ class Session:
                 hostname=self.hostname,
             )
         self.last_report_time = now
+        self.monitor.on_report(metrics)
+        self.monitor.state = "reporting"  # waiting for the tuner's decision (every rank of the group reports)
         try:
             reply = self.ask(("report", self.iteration, result, staged))
         except (ConnectionError, OSError) as exc:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
+        self.monitor.state = "training"
         kind = reply[0]
         if kind == "decision":
             # the tuner asks for a checkpoint of this step (a callback set result["should_checkpoint"])
@@ -353,7 +360,11 @@ class Heartbeat:
                 if self._session is not session or session.finished.is_set():
                     continue
             try:
-                session.send(("ping",))
+                try:
+                    stats = session.monitor.snapshot()
+                except Exception:  # noqa: BLE001 - a ping without stats still says the rank is alive
+                    stats = None
+                session.send(("ping", stats) if stats is not None else ("ping",))
             except OSError:
                 if not session.finished.wait(session.spec.abort_grace_s):
                     os._exit(70)

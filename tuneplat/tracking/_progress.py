@@ -30,10 +30,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ._redact import redact, strip_credentials
-from ._settings import env_str
-from .core._trial import Trial, TrialStatus
-from .search._space import flatten_dict
+from .._redact import redact, strip_credentials
+from .._settings import env_str
+from ..core._trial import Trial, TrialStatus
+from ..search._space import flatten_dict
 
 __all__ = ["ProgressReporter", "mlflow_ui_hint", "resume_hint", "status_words"]
 
@@ -312,6 +312,14 @@ class ProgressReporter:
         return {"counts": counts, "done": done, "total": total, "elapsed": elapsed,
                 "eta": self._eta(done, total, elapsed), "busy": busy, "slots": slots, "best": self.best(trials)}
 
+    def _starting_text(self, trials: Sequence[Trial]) -> str:
+        """While trials run but none has reported yet: what the wait is (worker processes importing, data loading)."""
+        if not trials or any(t.results for t in trials) or not any(t.status == TrialStatus.RUNNING for t in trials):
+            return ""
+        heavy = getattr(getattr(self._loop, "executor", None), "heavy_imports", None) or []
+        what = f"importing {', '.join(heavy)}" if heavy else "imports"
+        return f"first trials starting ({what}, data loading) — no report yet"
+
     def _best_text(self, best: Trial | None) -> str:
         if best is None:
             return f"best {self.metric}: -" if self.metric else ""
@@ -329,6 +337,9 @@ class ProgressReporter:
         line = f"tuneplat [{_clock(n['elapsed'])}] " + ", ".join(parts)
         if n["eta"] is not None:
             line += f" | ETA ~{_clock(n['eta'])}"
+        starting = self._starting_text(trials)
+        if starting:
+            line += f" | {starting}"
         best = self._best_text(n["best"])
         if best:
             line += f" | {best}"
@@ -405,6 +416,9 @@ class ProgressReporter:
         head.add_row(Text(f"{n['done']}/{total if total else '?'} trials", style="bold"), bar,
                      Text(f"{counts}  {timing}" if counts else timing))
         lines: list[Any] = [head]
+        starting = self._starting_text(trials)
+        if starting:
+            lines.append(Text(starting, style="yellow"))
         best = self._best_text(n["best"])
         if best:
             lines.append(Text(best, style="bold green" if n["best"] is not None else "dim"))
@@ -440,12 +454,38 @@ class ProgressReporter:
             if len(trials) > len(shown):
                 lines.append(Text(f"... {len(trials) - len(shown)} more trials (tuneplat status lists them all)",
                                   style="dim"))
+        ranks = self._rank_rows()
+        if ranks:
+            from ..execution._observe import WORKER_COLUMNS
+
+            rt = Table(box=None, pad_edge=False, header_style="bold dim", expand=False, title="ranks",
+                       title_justify="left", title_style="bold")
+            for col in WORKER_COLUMNS:
+                rt.add_column(col, no_wrap=True)
+            for r in ranks[:16]:
+                rt.add_row(*r)
+            lines.append(rt)
+            if len(ranks) > 16:
+                lines.append(Text(f"... {len(ranks) - 16} more ranks (tuneplat status EXP --workers)", style="dim"))
         if self.events:
             lines.append(Panel(Text("\n".join(self.events)), title="last events", title_align="left",
                                border_style="dim", expand=True))
         name = getattr(self._loop, "experiment_name", None)
         return Panel(Group(*lines), title=f"tuneplat: {name}" if name else "tuneplat", title_align="left",
                      border_style="blue")
+
+    def _rank_rows(self) -> list[list[str]]:
+        """One row per rank of the running trials (the executor's per-rank view; none in virtual time)."""
+        rows_of = getattr(getattr(self._loop, "executor", None), "running_rows", None)
+        if rows_of is None:
+            return []
+        try:
+            from ..execution._observe import worker_rows
+
+            return worker_rows({"running": rows_of()}, finished=False)
+        except Exception:  # noqa: BLE001 - the view must never end the experiment
+            logger.debug("tuneplat: rank rows failed", exc_info=True)
+            return []
 
     def _refresh_live(self, trials: Sequence[Trial]) -> None:
         if self._live is None:
