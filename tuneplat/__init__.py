@@ -14,7 +14,6 @@ from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, S
 from ._init import init, is_initialized, shutdown
 from ._run import ExperimentAnalysis, run
 from ._tuner import Tuner
-from ._user_callbacks import Callback
 from .core import TuneError
 from .core._journal import read_journal
 from .core._trial import TrialStatus
@@ -38,6 +37,7 @@ from .search import (
 from .search._space import SearchSpaceError
 from .stopper import Stopper
 from .storage._checkpoint import Checkpoint
+from .tracking._user_callbacks import Callback
 from .train import TorchTrainer, get_checkpoint, get_context, report
 from .trainables._trainable import Trainable
 from .trainables._wrappers import PlacementGroupFactory, with_parameters, with_resources

@@ -12,7 +12,6 @@ from typing import Any
 from ._compat import reporter_callbacks
 from ._config import RunConfig, ScalingConfig, ScalingSpace, TuneConfig
 from ._mainguard import check_main_guard
-from ._user_callbacks import adapt_callbacks
 from .air.integrations.mlflow import mirror_config, target_callbacks
 from .core import ExperimentLock, TuneError, TuneLoop
 from .core._lock import LOCK_NAME
@@ -28,7 +27,6 @@ from .execution._dask_executor import DaskTrialExecutor
 from .execution._executor import TrialExecutor
 from .execution._trial_io import log_files, make_trial_io
 from .logger import CSVLoggerCallback, TBXLoggerCallback, default_file_loggers
-from .logger._files import FileLoggers
 from .results._result import ResultGrid
 from .search._space import validate_space
 from .storage._storage import (
@@ -45,6 +43,8 @@ from .storage._storage import (
     rjoin,
 )
 from .tracking import make_callbacks
+from .tracking._files import FileLoggers
+from .tracking._user_callbacks import adapt_callbacks
 from .trainables._adapt import ConvertibleTrainer, for_run, function_of
 from .trainables._wrappers import resources_of, trial_resources_of
 

@@ -144,6 +144,21 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="machine-readable output")
     _status_options(st)
 
+    sk = sub.add_parser(
+        "stacks",
+        help="Python stacks of a running experiment's ranks",
+        description="Ask the tuner running an experiment for the Python stacks of every rank of its running "
+        "trials (or of one trial), print them, and keep them in the trial folder (stacks/), the journal and the "
+        "trial's MLflow run.",
+        epilog="examples:\n  tuneplat stacks ./tuneplat_results/digits-asha\n"
+        "  tuneplat stacks ./tuneplat_results/digits-asha --trial 5ae03_00003",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sk.add_argument("experiment_dir", help="the folder of a running experiment")
+    sk.add_argument("--trial", metavar="ID", help="only this trial")
+    sk.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the tuner's answer (30)")
+    sk.add_argument("--json", action="store_true", help="machine-readable output")
+
     best = sub.add_parser(
         "best",
         help="best trial of an experiment",
@@ -612,7 +627,7 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     meta = dict(meta)
     from collections import Counter
 
-    from ._progress import status_words
+    from .tracking._progress import status_words
 
     ended = _experiment_end_status(path)
     meta["status"] = "running" if _is_running(path) else (
@@ -646,6 +661,9 @@ def _trial_json(r: Any) -> dict[str, Any]:
 def _status_options(st: argparse.ArgumentParser) -> None:
     st.add_argument("--trial", metavar="ID", help="show one trial in full: config, last result, error with its "
                     "traceback, stop reason, checkpoint, MLflow run")
+    st.add_argument("--workers", action="store_true",
+                    help="one row per rank: host, pid, device, state, seconds since its last report, steps/s, "
+                    "samples/s, data wait, CPU %%, memory, GPU (live while the experiment runs)")
     st.add_argument("--csv", nargs="?", const="-", metavar="FILE",
                     help="write the trials table (config and last result flattened) as CSV to FILE (- or no "
                     "FILE: standard output)")
@@ -817,6 +835,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 raise _Fail(f"{target} is a storage path holding {len(experiments)} experiment(s); --trial and --csv "
                             f"need one of them, e.g. tuneplat status {experiments[0]} --csv")
             return _status_storage(target, experiments, args.json)
+    if getattr(args, "workers", False):
+        return _status_workers(target, args.trial, args.json)
     grid, meta = _load_grid(target)
     if args.trial:
         return _status_trial(grid, meta, args.trial, args.json)
@@ -871,6 +891,57 @@ def _cmd_status(args: argparse.Namespace) -> int:
     head = " | ".join(f"{n} {s}" for s, n in counts.items())
     _out(f"== {meta.get('name') or os.path.basename(meta['path'])}: {len(grid)} trials | {head} | {meta['status']} ==")
     _out(_table(cols, rows))
+    return EXIT_OK
+
+
+def _status_workers(target: str, trial: str | None, as_json: bool) -> int:
+    """``tuneplat status EXP --workers``: the per-rank table the tuner keeps in ``workers.json``."""
+    import time
+
+    from .execution._observe import WORKER_COLUMNS, read_workers, worker_rows
+
+    if not os.path.isfile(os.path.join(target, "journal.jsonl")):
+        raise _Fail(f"{target} is not an experiment folder (no journal.jsonl)")
+    doc = read_workers(target) or {"running": {}, "finished": {}}
+    if trial:
+        doc = {k: ({t: v for t, v in doc.get(k, {}).items() if t == trial} if isinstance(doc.get(k), dict) else v)
+               for k, v in doc.items()}
+    if as_json:
+        _out(json.dumps({"experiment": target, "running_now": _is_running(target), **doc}, indent=2, default=str))
+        return EXIT_OK
+    rows = worker_rows(doc, time.time())
+    if not rows:
+        _out(f"no ranks recorded in {target} (workers.json is written while trials run)")
+        return EXIT_OK
+    _out(_table(WORKER_COLUMNS, rows))
+    return EXIT_OK
+
+
+def _cmd_stacks(args: argparse.Namespace) -> int:
+    """``tuneplat stacks EXP [--trial ID]``: stacks of the running ranks, captured by the running tuner."""
+    from .execution._observe import request_stacks
+
+    target = args.experiment_dir
+    if not os.path.isfile(os.path.join(target, "journal.jsonl")):
+        raise _Fail(f"{target} is not an experiment folder (no journal.jsonl)")
+    if not _is_running(target):
+        raise _Fail(f"{target} is not running (no tuner holds it): stacks are read from running ranks. The stacks "
+                    "captured when a rank hung are in its trial folder (stacks/) and named in the trial's error.")
+    answer = request_stacks(target, args.trial, args.timeout)
+    if answer is None:
+        raise _Fail(f"the tuner running {target} did not answer within {args.timeout:g}s (--timeout)", EXIT_FAILED)
+    trials = answer.get("trials") or {}
+    if args.json:
+        _out(json.dumps(answer, indent=2))
+        return EXIT_OK
+    if not trials:
+        running = answer.get("running") or []
+        which = f"trial {args.trial} is not running" if args.trial else "no trial is running"
+        _out(f"{which} (running: {', '.join(running) or 'none'})")
+        return EXIT_OK if not args.trial else EXIT_BAD_INPUT
+    for tid, got in trials.items():
+        _out(f"== trial {tid}: {got.get('summary', '').lstrip('. ')}")
+        _out(got.get("text") or "(no stacks could be read)")
     return EXIT_OK
 
 
@@ -1019,7 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     _setup_logging(getattr(args, "verbose", False))
     handler = {"run": _cmd_run, "resume": _cmd_resume, "status": _cmd_status, "best": _cmd_best,
-               "simulate": _cmd_simulate, "plot": _cmd_plot}[args.command]
+               "simulate": _cmd_simulate, "plot": _cmd_plot, "stacks": _cmd_stacks}[args.command]
     try:
         return handler(args)
     except _Fail as exc:

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
-from ._sweepfile import Doc, Loc, SweepFileError, format_path, parse_scalar, read_document
 from .search import _domains as D
+from .sweep._sweepfile import Doc, Loc, SweepFileError, format_path, parse_scalar, read_document
 
 __all__ = [
     "DOMAINS",
@@ -1036,7 +1036,7 @@ def build_sweep(doc: Doc, base_dir: str | None = None, environ: Mapping[str, str
     data = interpolate_env(doc, environ)
     translated = None
     notes: list[str] = []
-    from . import _wandb
+    from .sweep import _wandb
 
     if _wandb.is_wandb(data):
         data, notes = _wandb.translate(data, doc)

@@ -18,7 +18,7 @@ from conftest import free_port, start_mlflow, stop_group
 from mlflow import MlflowClient
 
 import tuneplat as tune
-from tuneplat._progress import mlflow_ui_hint
+from tuneplat.tracking._progress import mlflow_ui_hint
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 REQUIRED = os.environ.get("TUNEPLAT_REQUIRE_BROWSER") == "1"
@@ -60,6 +60,7 @@ def _distinct_colours(png: bytes) -> int:
     return len(set(img.getdata()))
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_mlflow_ui_opens_the_sweep_right(chromium, dask_client, storage, tmp_path, monkeypatch):
     """Classic view, the saved view's metric and parameter columns (wide enough for whole values), the runs grouped
