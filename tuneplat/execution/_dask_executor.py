@@ -366,6 +366,7 @@ class DaskTrialExecutor(TrialExecutor):
                 host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
                 channel_tls=self.channel_tls, trial_io=ctx.trial_io,
+                tuner_local=self._listener.local_name if self._listener is not None else None,
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)

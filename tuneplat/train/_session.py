@@ -78,6 +78,7 @@ class RankSpec:
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
+    tuner_local: str | None = None  # the tuner's local socket (same host): see execution._channel.Listener
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
 
 
