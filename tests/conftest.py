@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import time
 import urllib.request
 
 import pytest
+from procs import kept_note, popen, stop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Worker processes import test modules' functions by reference: make the repo importable there.
@@ -57,15 +57,23 @@ def litter() -> list[str]:
 def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks
         return
+    from procs import stop_leftovers
+
+    stopped = stop_leftovers()  # a test that failed before its clean-up: its processes end here, said by name
+    if stopped:
+        print("\ntuneplat tests: stopped processes a test left running:\n  " + "\n  ".join(stopped), file=sys.stderr)
     left = litter()
     if left:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print(f"\nFAILED litter check: the tests left {len(left)} path(s) behind (each test must clean up: use "
               "tmp_path, never the checkout or the bare temporary folder):\n  " + "\n  ".join(left[:30]),
               file=sys.stderr)
+        print(kept_note(SESSION_TMP), file=sys.stderr)
         return
-    if exitstatus == 0:  # keep pytest's tmp_path folders of a failed session for a look
+    if exitstatus == 0 and not stopped:
         shutil.rmtree(SESSION_TMP, ignore_errors=True)
+    else:  # keep pytest's tmp_path folders of a failed session for a look, and say where they are
+        print(kept_note(SESSION_TMP), file=sys.stderr)
 
 
 @pytest.fixture(scope="session")
@@ -108,8 +116,8 @@ def s3_endpoint(tmp_path_factory):
     port = _free_port_s3()
     log_path = tmp_path_factory.mktemp("s3") / "moto.log"
     log = open(log_path, "wb")  # noqa: SIM115 - kept open for the server's lifetime
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                 stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:  # readiness probe of an external process
@@ -123,8 +131,7 @@ def s3_endpoint(tmp_path_factory):
                 raise
             time.sleep(0.2)  # readiness probe of an external process: nothing to block on
     yield url
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=20)
+    stop(proc)
 
 
 _BUCKETS = iter(range(10**6))

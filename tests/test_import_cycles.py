@@ -165,7 +165,7 @@ def test_the_walker_finds_a_cycle_through_a_deferred_and_a_package_relative_impo
     assert cycles == [["demo.a", "demo.sub.b", "demo.c", "demo.a"]]
 
 
-@pytest.mark.parametrize("module", ["tuneplat._result", "tuneplat.tracking._mlflow", "tuneplat.plot._data"])
+@pytest.mark.parametrize("module", ["tuneplat.results._result", "tuneplat.tracking._mlflow", "tuneplat.plot._data"])
 def test_results_tracking_and_plots_do_not_import_the_tuner(module: str) -> None:
     graph = import_graph(ROOT, PACKAGES)
     seen, todo = set(), [module]

@@ -9,20 +9,16 @@ Porting a Ray Tune script is mostly changing imports::
 from __future__ import annotations
 
 from . import schedulers, search, stopper, train
-from ._checkpoint import Checkpoint
 from ._compat import CLIReporter, JupyterNotebookReporter, ProgressReporter, SyncConfig
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
 from ._init import init, is_initialized, shutdown
-from ._result import Result, ResultGrid, TrialError
 from ._run import ExperimentAnalysis, run
-from ._trainable import Trainable
 from ._tuner import Tuner
-from ._user_callbacks import Callback
-from ._wrappers import PlacementGroupFactory, with_parameters, with_resources
 from .core import TuneError
 from .core._journal import read_journal
 from .core._trial import TrialStatus
 from .execution._errors import PlacementError
+from .results._result import Result, ResultGrid, TrialError
 from .search import (
     choice,
     grid_search,
@@ -40,7 +36,11 @@ from .search import (
 )
 from .search._space import SearchSpaceError
 from .stopper import Stopper
+from .storage._checkpoint import Checkpoint
+from .tracking._user_callbacks import Callback
 from .train import TorchTrainer, get_checkpoint, get_context, report
+from .trainables._trainable import Trainable
+from .trainables._wrappers import PlacementGroupFactory, with_parameters, with_resources
 
 __version__ = "0.1.0"
 

@@ -116,11 +116,21 @@ class FailureConfig:
             with the run for the elastic groups' preemption handling
             (``docs/elastic.md``); where no preemption is detected, a lost
             worker counts against ``max_failures`` (``docs/porting-from-ray.md``).
+        oom_halve: opt-in retry of a trial that ran out of memory (``torch.cuda.OutOfMemoryError``,
+            ``MemoryError``): the config key to halve before it runs again, e.g. ``"micro_batch_size"``
+            (nested: ``"train_loop_config.micro_batch_size"``). Such retries have their own budget
+            (``max_oom_retries``) and do not use up ``max_failures``; a key already at 1 is not retried.
+        oom_double: a config key doubled with each halving (e.g. the gradient-accumulation steps, so the
+            effective batch stays the same).
+        max_oom_retries: how many times one trial may be shrunk and retried (``>= 0``).
     """
 
     max_failures: int = 0
     fail_fast: bool | str = False
     max_preemption_failures: int = -1
+    oom_halve: str | None = None
+    oom_double: str | None = None
+    max_oom_retries: int = 3
 
     def __post_init__(self) -> None:
         _check(isinstance(self.max_failures, int) and self.max_failures >= -1,
@@ -128,6 +138,14 @@ class FailureConfig:
         _check(isinstance(self.max_preemption_failures, int) and not isinstance(self.max_preemption_failures, bool)
                and self.max_preemption_failures >= -1, "FailureConfig.max_preemption_failures",
                self.max_preemption_failures, "an int >= 0, or -1 for unlimited (Ray's default)")
+        _check(self.oom_halve is None or (isinstance(self.oom_halve, str) and self.oom_halve != ""),
+               "FailureConfig.oom_halve", self.oom_halve, "a config key (str) or None")
+        _check(self.oom_double is None or (isinstance(self.oom_double, str) and self.oom_double != ""),
+               "FailureConfig.oom_double", self.oom_double, "a config key (str) or None")
+        _check(self.oom_double is None or self.oom_halve is not None, "FailureConfig.oom_double", self.oom_double,
+               "given together with oom_halve (the key that is halved)")
+        _check(isinstance(self.max_oom_retries, int) and not isinstance(self.max_oom_retries, bool)
+               and self.max_oom_retries >= 0, "FailureConfig.max_oom_retries", self.max_oom_retries, "an int >= 0")
 
 
 @dataclass
@@ -238,27 +256,34 @@ class ScalingConfig:
     """How many ranks each trial runs, and what each rank needs.
 
     Args:
-        num_workers: ranks per trial (one torch process group).
+        num_workers: ranks per trial (one torch process group); or ``(min_workers, max_workers)``
+            for an elastic group (Ray Train V2's form; see ``docs/elastic.md``): it starts as soon as
+            ``min_workers`` ranks fit, uses up to ``max_workers``, goes on with fewer ranks (from its
+            latest checkpoint) when a host is lost or preempted, and grows at a checkpoint boundary
+            when workers are free.
         use_gpu: give each rank one GPU (unless resources_per_worker says otherwise).
         resources_per_worker: e.g. ``{"CPU": 1, "GPU": 0.5}``; fractional GPUs share a device.
         placement_strategy: "PACK" (fill hosts first) or "SPREAD" (one rank per host first);
             "STRICT_PACK"/"STRICT_SPREAD" accepted as their non-strict forms.
         trainer_resources: accepted for Ray compatibility (the tuner needs no slot).
+        elastic_resize_monitor_interval_s: elastic groups only: a group grows (restarts from a
+            checkpoint with more ranks) at a checkpoint boundary at least this many seconds after it
+            started (Ray's name; Ray's default is 60). None (the default): at the first checkpoint
+            boundary at which workers are free and no other trial waits for room.
     """
 
-    num_workers: int = 1
+    num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: Mapping[str, float] | None = None
     placement_strategy: str = "PACK"
     trainer_resources: Mapping[str, float] | None = None
+    elastic_resize_monitor_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.has_search_domains():
             # Ray Train's Tuner guide: param_space={"scaling_config": ScalingConfig(num_workers=tune.grid_search(
             # [1, 2]))}; each trial's resolved values are checked when the Tuner builds its ScalingConfig
             return
-        _check(isinstance(self.num_workers, int) and self.num_workers >= 1,
-               "ScalingConfig.num_workers", self.num_workers, "an int >= 1")
         self._validate_rest()
 
     def has_search_domains(self) -> bool:
@@ -269,19 +294,69 @@ class ScalingConfig:
         return any((isinstance(v, Mapping) and "grid_search" in v) or hasattr(v, "sample") for v in values)
 
     def _validate_rest(self) -> None:
+        self._check_num_workers()
+        interval = self.elastic_resize_monitor_interval_s
+        _check(interval is None or (isinstance(interval, (int, float)) and not isinstance(interval, bool)
+                                    and interval >= 0),
+               "ScalingConfig.elastic_resize_monitor_interval_s", interval, "None or a number of seconds >= 0")
         _check(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
                "ScalingConfig.placement_strategy", self.placement_strategy, "'PACK' or 'SPREAD'")
         for k, v in (self.resources_per_worker or {}).items():
+            if str(k).lower() == "gpu_memory":  # {"GPU_memory": "10GiB"}: packed by memory (docs/resources.md)
+                from .execution._gpu_memory import parse_memory
+
+                parse_memory(v, f"ScalingConfig.resources_per_worker[{k!r}]")
+                continue
             _check(isinstance(v, (int, float)) and v >= 0, f"ScalingConfig.resources_per_worker[{k!r}]", v,
                    "a number >= 0")
         gpu = self.per_worker().get("GPU", 0)
         _check(gpu <= 1 or float(gpu).is_integer(), "ScalingConfig.resources_per_worker['GPU']", gpu,
                "a fraction <= 1 or a whole number")
 
+    def _check_num_workers(self) -> None:
+        value = self.num_workers
+        if isinstance(value, list) and len(value) == 2:  # (a YAML sweep file or JSON gives a list)
+            value = self.num_workers = (value[0], value[1])
+        if isinstance(value, tuple):
+            _check(len(value) == 2, "ScalingConfig.num_workers", value,
+                   "an int >= 1, or a tuple (min_workers, max_workers) of two ints")
+            lo, hi = value
+            for part, name in ((lo, "min_workers"), (hi, "max_workers")):
+                _check(isinstance(part, int) and not isinstance(part, bool), f"ScalingConfig.num_workers ({name})",
+                       part, "an int (num_workers=(min_workers, max_workers), e.g. (2, 4))")
+            _check(lo >= 1, "ScalingConfig.num_workers (min_workers)", lo,
+                   ">= 1 (an elastic group needs at least one rank: num_workers=(1, max_workers))")
+            _check(lo <= hi, "ScalingConfig.num_workers", value,
+                   f"(min_workers, max_workers) with min_workers <= max_workers, e.g. ({hi}, {lo})")
+            return
+        _check(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+               "ScalingConfig.num_workers", value, "an int >= 1, or a tuple (min_workers, max_workers) of ints")
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the group is elastic: ``num_workers=(min, max)`` with ``min < max``."""
+        return isinstance(self.num_workers, tuple) and self.num_workers[0] < self.num_workers[1]
+
+    @property
+    def min_workers(self) -> int:
+        """The fewest ranks a trial runs with (``num_workers`` for a fixed-size group)."""
+        return self.num_workers[0] if isinstance(self.num_workers, tuple) else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        """The most ranks a trial runs with (``num_workers`` for a fixed-size group)."""
+        return self.num_workers[1] if isinstance(self.num_workers, tuple) else self.num_workers
+
     def per_worker(self) -> dict[str, float]:
         """Resources of one rank, with defaults filled in (CPU 1; GPU 1 when use_gpu)."""
-        res = {str(k).upper() if str(k).lower() in ("cpu", "gpu") else str(k): float(v)
-               for k, v in (self.resources_per_worker or {}).items()}
+        res: dict[str, float] = {}
+        for k, v in (self.resources_per_worker or {}).items():
+            if str(k).lower() == "gpu_memory":
+                from .execution._gpu_memory import GPU_MEMORY, parse_memory
+
+                res[GPU_MEMORY] = parse_memory(v)
+                continue
+            res[str(k).upper() if str(k).lower() in ("cpu", "gpu") else str(k)] = float(v)
         res.setdefault("CPU", 1.0)
         if self.use_gpu:
             res.setdefault("GPU", 1.0)
@@ -291,7 +366,8 @@ class ScalingConfig:
 
     @property
     def backend(self) -> str:
-        return "nccl" if self.per_worker().get("GPU", 0) > 0 else "gloo"
+        per = self.per_worker()
+        return "nccl" if per.get("GPU", 0) > 0 or per.get("GPU_memory", 0) > 0 else "gloo"
 
     def to_space(self) -> ScalingSpace:
         """This config as a search space (its domains resolved per trial, as Ray Train's Tuner does)."""

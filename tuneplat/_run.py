@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TuneConfig
-from ._result import Result, ResultGrid
 from .core import TuneError
+from .results._result import Result, ResultGrid
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -125,7 +125,7 @@ def run(run_or_experiment: Callable[..., Any], *, name: str | None = None, metri
     import os
 
     from ._tuner import Tuner, _local_path
-    from ._wrappers import with_resources
+    from .trainables._wrappers import with_resources
 
     if ray_only:
         raise TypeError(f"tune.run() got arguments tuneplat does not support: {sorted(ray_only)} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -11,8 +12,24 @@ from typing import Any
 from ._compat import reporter_callbacks
 from ._config import RunConfig, ScalingConfig, ScalingSpace, TuneConfig
 from ._mainguard import check_main_guard
-from ._result import ResultGrid
-from ._storage import (
+from .air.integrations.mlflow import mirror_config, target_callbacks
+from .core import ExperimentLock, TuneError, TuneLoop
+from .core._lock import LOCK_NAME
+from .core._replay import (
+    TunerStateError,
+    load_trials,
+    load_tuner_state,
+    prepare_resume,
+    restore_problem,
+    save_tuner_state,
+)
+from .execution._dask_executor import DaskTrialExecutor
+from .execution._executor import TrialExecutor
+from .execution._trial_io import log_files, make_trial_io
+from .logger import CSVLoggerCallback, TBXLoggerCallback, default_file_loggers
+from .results._result import ResultGrid
+from .search._space import validate_space
+from .storage._storage import (
     CheckpointStore,
     ExperimentSync,
     FsspecCheckpointStore,
@@ -25,25 +42,11 @@ from ._storage import (
     resolve_storage_path,
     rjoin,
 )
-from ._user_callbacks import adapt_callbacks
-from ._wrappers import resources_of, trial_resources_of
-from .air.integrations.mlflow import mirror_config, target_callbacks
-from .core import ExperimentLock, TuneError, TuneLoop
-from .core._replay import (
-    TunerStateError,
-    load_trials,
-    load_tuner_state,
-    prepare_resume,
-    restore_problem,
-    save_tuner_state,
-)
-from .execution._dask_executor import DaskTrialExecutor
-from .execution._executor import TrialExecutor
-from .execution._trial_io import log_files, make_trial_io
-from .logger import default_file_loggers
-from .search._space import validate_space
 from .tracking import make_callbacks
+from .tracking._files import FileLoggers
+from .tracking._user_callbacks import adapt_callbacks
 from .trainables._adapt import ConvertibleTrainer, for_run, function_of
+from .trainables._wrappers import resources_of, trial_resources_of
 
 __all__ = ["Tuner"]
 
@@ -85,18 +88,40 @@ def _local_path(storage_path: str | None) -> str:
     return resolve_storage_path(storage_path)
 
 
-def rerun_note(experiment_dir: str, name: str, kept: str) -> str:
+def rerun_note(experiment_dir: str, name: str, kept: str, moved_folder: bool = False) -> str:
     """One line for a new run in a folder that already held this experiment: how to continue or keep apart.
 
     A folder started by ``tuneplat run`` (it holds ``sweep.yaml``) gets the command-line
-    advice; one started from Python gets the API's.
+    advice; one started from Python gets the API's. ``kept`` is where the old run
+    went: a folder of its own (``moved_folder``), or the old journal's new name.
     """
-    if os.path.isfile(os.path.join(experiment_dir, "sweep.yaml")):
-        how = f"to continue it instead: tuneplat resume {experiment_dir}; to keep runs apart: --name NEW_NAME"
+    old = kept if moved_folder else experiment_dir
+    if os.path.isfile(os.path.join(old, "sweep.yaml")):
+        how = f"to continue it instead: tuneplat resume {old}; to keep runs apart: --name NEW_NAME"
     else:
-        how = (f"to continue it instead: Tuner.restore({experiment_dir!r}, trainable); to keep runs apart: "
+        how = (f"to continue it instead: Tuner.restore({old!r}, trainable); to keep runs apart: "
                "RunConfig(name=...)")
+    if moved_folder:
+        return (f"{experiment_dir} already held a run of experiment {name!r}: it moved, whole, to {kept} (its own "
+                f"experiment folder); this run starts afresh in {experiment_dir}; {how}.")
     return f"{experiment_dir} already held experiment {name!r}: starting it afresh (the old journal is kept as {kept}); {how}."
+
+
+def _previous_run_folder(experiment_dir: str, journal: str) -> str:
+    """A new sibling folder for the previous run: ``<name>.<its start time>`` (``.2``, ``.3``… if taken)."""
+    started = None
+    try:
+        with open(journal, encoding="utf-8") as f:
+            first = json.loads(f.readline() or "{}")
+        started = datetime.datetime.fromtimestamp(float(first["time"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        started = datetime.datetime.fromtimestamp(os.path.getmtime(journal))
+    base = f"{experiment_dir.rstrip(os.sep)}.{started:%Y%m%d-%H%M%S}"
+    path, n = base, 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}.{n}"
+    return path
 
 
 def _can_end_experiment(stop: Any) -> bool:
@@ -245,9 +270,14 @@ class Tuner:
             self.experiment_dir = os.path.join(root, name)
             self._remote_dir = storage.remote_experiment(name)
         self._results: ResultGrid | None = None
+        #: where a re-run moved the previous run of this experiment (set by fit())
+        self.previous_run_dir: str | None = None
+        #: called in fit() once the folder is this run's (the command line saves the sweep file there)
+        self._before_run: Callable[[], None] | None = None
         self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
         #: Tune trials run in their trial folder (Ray's RAY_CHDIR_TO_TRIAL_DIR); a Trainer's own fit() does not (V2)
         self._chdir_to_trial_dir = True
+        self._auto_file_loggers = True  # progress.csv/TensorBoard files unasked (not for a Trainer inside a trial)
 
     def fit(self) -> ResultGrid:
         """Run the experiment to the end; returns every trial's :class:`Result`.
@@ -268,7 +298,7 @@ class Tuner:
             if callbacks:  # the MLflow mirror: where it logs, for setup_mlflow() in the trials
                 callbacks += target_callbacks(self.run_config)
             # Ray's per-trial progress.csv and TensorBoard files, then the user's callbacks
-            callbacks += default_file_loggers(self.run_config.callbacks) + adapt_callbacks(self.run_config.callbacks)
+            callbacks += self._file_loggers() + adapt_callbacks(self.run_config.callbacks)
             callbacks += reporter_callbacks(self.run_config.progress_reporter)  # a ProgressReporter of the user's
             syncer = None
             if self._remote_dir is not None:
@@ -289,6 +319,9 @@ class Tuner:
             )
             if self._resume is None:
                 self._set_aside_previous_journal()
+                loop.previous_run_dir = self.previous_run_dir
+                if self._before_run is not None:
+                    self._before_run()
                 save_tuner_state(self.experiment_dir, {"param_space": self.param_space,
                                                        "tune_config": self.tune_config,
                                                        "run_config": self.run_config,
@@ -302,28 +335,50 @@ class Tuner:
             raise TuneError(loop.fail_fast_error)
         return self._results
 
-    def _set_aside_previous_journal(self) -> None:
-        """A new run in a folder that holds an experiment of the same name starts its own journal.
+    def _file_loggers(self) -> list[Any]:
+        """Ray's progress.csv/TensorBoard writers: automatic for Tune runs; for a Trainer's run inside a trial
+        (Ray Train V2 writes none there) only those passed explicitly."""
+        if self._auto_file_loggers:
+            return default_file_loggers(self.run_config.callbacks)
+        given = list(self.run_config.callbacks or [])
+        csv = any(isinstance(c, CSVLoggerCallback) for c in given)
+        tb = any(isinstance(c, TBXLoggerCallback) for c in given)
+        return [FileLoggers(csv=csv, tensorboard=tb)] if csv or tb else []
 
-        The old journal is kept (renamed), so nothing is lost, and a later
-        ``Tuner.restore`` sees only the new run's trials.
+    def _set_aside_previous_journal(self) -> None:
+        """A new run in a folder that holds a run of the same experiment starts in a clean folder.
+
+        Locally, every file of the previous run (journal, trial folders, plots,
+        the Optuna study, the saved sweep) moves to a sibling folder
+        ``<name>.<start time of that run>``: an experiment folder of its own, which
+        ``tuneplat status``/``plot`` and ``Tuner.restore`` read as before. Nothing is
+        lost and nothing of it mixes with the new run. On remote storage the old
+        journal is kept beside the new one (renamed).
         """
         journal = os.path.join(self.experiment_dir, "journal.jsonl")
         stamp = f"{datetime.datetime.now():%Y%m%d-%H%M%S-%f}"
-        kept = os.path.join(self.experiment_dir, f"journal.{stamp}.jsonl.old")
-        study = os.path.join(self.experiment_dir, "optuna_journal.log")  # the old study is kept too
-        if os.path.isfile(study):
-            os.replace(study, os.path.join(self.experiment_dir, f"optuna_journal.{stamp}.log.old"))
         if self._remote_dir is not None:  # the local cache was emptied: the remote copy is the one to keep
+            kept = os.path.join(self.experiment_dir, f"journal.{stamp}.jsonl.old")
+            study = os.path.join(self.experiment_dir, "optuna_journal.log")  # the old study is kept too
+            if os.path.isfile(study):
+                os.replace(study, os.path.join(self.experiment_dir, f"optuna_journal.{stamp}.log.old"))
             remote = f"{self._remote_dir}/journal.jsonl"
             if not self._storage_fs.exists(remote):
                 return
             self._storage_fs.mv(remote, f"{self._remote_dir}/{os.path.basename(kept)}")
-        elif not os.path.isfile(journal) or os.path.getsize(journal) == 0:
+            logger.warning("tuneplat: %s", rerun_note(self.experiment_dir, self.experiment_name,
+                                                     os.path.basename(kept)))
             return
-        else:
-            os.replace(journal, kept)
-        logger.warning("tuneplat: %s", rerun_note(self.experiment_dir, self.experiment_name, os.path.basename(kept)))
+        if not os.path.isfile(journal) or os.path.getsize(journal) == 0:
+            return
+        moved = _previous_run_folder(self.experiment_dir, journal)
+        os.makedirs(moved)
+        for name in os.listdir(self.experiment_dir):
+            if name == LOCK_NAME:
+                continue  # this run's lock (held)
+            os.replace(os.path.join(self.experiment_dir, name), os.path.join(moved, name))
+        self.previous_run_dir = moved
+        logger.warning("tuneplat: %s", rerun_note(self.experiment_dir, self.experiment_name, moved, moved_folder=True))
 
     def get_results(self) -> ResultGrid:
         """The results of the last :meth:`fit` (or of the restored experiment)."""

@@ -144,6 +144,21 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="machine-readable output")
     _status_options(st)
 
+    sk = sub.add_parser(
+        "stacks",
+        help="Python stacks of a running experiment's ranks",
+        description="Ask the tuner running an experiment for the Python stacks of every rank of its running "
+        "trials (or of one trial), print them, and keep them in the trial folder (stacks/), the journal and the "
+        "trial's MLflow run.",
+        epilog="examples:\n  tuneplat stacks ./tuneplat_results/digits-asha\n"
+        "  tuneplat stacks ./tuneplat_results/digits-asha --trial 5ae03_00003",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sk.add_argument("experiment_dir", help="the folder of a running experiment")
+    sk.add_argument("--trial", metavar="ID", help="only this trial")
+    sk.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the tuner's answer (30)")
+    sk.add_argument("--json", action="store_true", help="machine-readable output")
+
     best = sub.add_parser(
         "best",
         help="best trial of an experiment",
@@ -432,7 +447,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         tuner = sweep.tuner()
     except (ValueError, TypeError) as exc:
         raise _Fail(f"{args.sweep_file}: {str(exc).splitlines()[0]}") from None
-    _save_sweep(sweep, tuner.experiment_dir, tuner._remote_dir)
+    # saved once fit() made the folder this run's (a previous run there moves aside, with its own sweep file)
+    tuner._before_run = lambda: _save_sweep(sweep, tuner.experiment_dir, tuner._remote_dir)
     results = _fit(tuner)
     return _summary(results, tuner.experiment_dir, tuner.tune_config.metric, tuner.tune_config.mode,
                     tuner.run_config.verbose)
@@ -460,9 +476,9 @@ def _describe_obj(obj: Any) -> str:
 
 
 def _dry_run(sweep: Any, show: int) -> int:
-    from ._storage import is_remote
     from ._tuner import Tuner, _local_path
     from .search import BasicVariantGenerator
+    from .storage._storage import is_remote
 
     tc, rc = sweep.tune_config, sweep.run_config
     Tuner(
@@ -516,7 +532,7 @@ def _dry_run(sweep: Any, show: int) -> int:
 def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
     """``(local folder, filesystem, remote URL)``: a remote experiment's local cache, refreshed from the remote
     copy; a local path as is (with no filesystem or URL)."""
-    from ._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
+    from .storage._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
 
     if not is_remote(target):
         return os.path.abspath(target), None, None
@@ -533,8 +549,8 @@ def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from ._storage import is_remote
     from ._tuner import Tuner
+    from .storage._storage import is_remote
 
     path, _fs, _url = _fetch_remote(args.experiment_dir)
     if not Tuner.can_restore(path):
@@ -594,10 +610,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
-    from ._result import ResultGrid
     from ._tuner import Tuner
     from .core._journal import JournalError
     from .core._replay import load_trials
+    from .results._result import ResultGrid
 
     path, fs, url = _fetch_remote(experiment_dir)
     if not Tuner.can_restore(path):
@@ -611,13 +627,19 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     meta = dict(meta)
     from collections import Counter
 
-    from ._progress import status_words
+    from .tracking._progress import status_words
 
     ended = _experiment_end_status(path)
     meta["status"] = "running" if _is_running(path) else (
         status_words(ended, Counter(t.status.value for t in trials), len(trials)) if ended else "crashed (resumable)")
     meta["path"] = url or path
+    meta["world_size"] = {t.trial_id: t.world_size for t in trials}
     return ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
+
+
+def _elastic(meta: dict[str, Any]) -> bool:
+    """The experiment ran elastic groups (``ScalingConfig(num_workers=(min, max))``)."""
+    return isinstance(meta.get("scaling"), dict) and "min_workers" in meta["scaling"]
 
 
 def _trial_json(r: Any) -> dict[str, Any]:
@@ -639,6 +661,9 @@ def _trial_json(r: Any) -> dict[str, Any]:
 def _status_options(st: argparse.ArgumentParser) -> None:
     st.add_argument("--trial", metavar="ID", help="show one trial in full: config, last result, error with its "
                     "traceback, stop reason, checkpoint, MLflow run")
+    st.add_argument("--workers", action="store_true",
+                    help="one row per rank: host, pid, device, state, seconds since its last report, steps/s, "
+                    "samples/s, data wait, CPU %%, memory, GPU (live while the experiment runs)")
     st.add_argument("--csv", nargs="?", const="-", metavar="FILE",
                     help="write the trials table (config and last result flattened) as CSV to FILE (- or no "
                     "FILE: standard output)")
@@ -759,10 +784,14 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
         raise _Fail(f"--trial {trial_id}: no such trial in {meta['path']} (trials: {ids}"
                     f"{', …' if len(grid) > 8 else ''})")
     r = found[0]
+    resizes = (meta.get("resizes") or {}).get(r.trial_id, [])
     if as_json:
         info = _trial_json(r)
         info["error"] = str(r.error) if r.error else None
         info["history"] = _jsonable(r._history)
+        if _elastic(meta):
+            info["world_size"] = (meta.get("world_size") or {}).get(r.trial_id)
+            info["resizes"] = resizes
         _out(json.dumps(info, indent=2))
         return EXIT_OK
     _out(f"trial        {r.trial_id} ({r.status}) of {meta.get('name') or meta['path']}")
@@ -777,6 +806,11 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
     _out(f"trial folder {r.path}")
     for step in r.lineage:
         _out(f"lineage      {json.dumps(_jsonable(step), sort_keys=True)}")
+    if _elastic(meta):
+        _out(f"ranks        {(meta.get('world_size') or {}).get(r.trial_id) or '-'} "
+             f"(elastic, {meta['scaling']['min_workers']}..{meta['scaling'].get('num_workers')})")
+    for ev in resizes:
+        _out(f"resize       at iteration {ev.get('iteration')}: {ev.get('message')}")
     if r.error:
         _out("error:")
         _out(str(r.error))
@@ -789,7 +823,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from .search import flatten_dict
 
     target = args.experiment_dir
-    from ._storage import is_remote
+    from .storage._storage import is_remote
 
     if not is_remote(target) and not os.path.exists(target):
         raise _Fail(f"{target}: no such folder; pass an experiment folder (<storage_path>/<name>) or a storage folder "
@@ -801,6 +835,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 raise _Fail(f"{target} is a storage path holding {len(experiments)} experiment(s); --trial and --csv "
                             f"need one of them, e.g. tuneplat status {experiments[0]} --csv")
             return _status_storage(target, experiments, args.json)
+    if getattr(args, "workers", False):
+        return _status_workers(target, args.trial, args.json)
     grid, meta = _load_grid(target)
     if args.trial:
         return _status_trial(grid, meta, args.trial, args.json)
@@ -831,16 +867,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
         for k in flatten_dict(r.config):
             if k not in keys:
                 keys.append(k)
-    cols = ["trial", "status", "iter", *metrics, *keys, "note"]
+    elastic = _elastic(meta)
+    cols = ["trial", "status", "iter", *(["ranks"] if elastic else []), *metrics, *keys, "note"]
     rows = []
     for r in grid:
         flat = flatten_dict(r.config)
         note = (str(r.error).splitlines()[0] if r.error else r.stop_reason) or ""  # whole: it is the last column
+        resized = (meta.get("resizes") or {}).get(r.trial_id)
+        if resized and not r.error:  # an elastic group's last resize (tuneplat status --trial ID lists them all)
+            note = "; ".join(x for x in (note, f"{resized[-1].get('message')} (at iteration "
+                                               f"{resized[-1].get('iteration')})") if x)
         rows.append(
             [
                 r.trial_id,
                 r.status,
                 str(r.metrics.get("training_iteration", 0)),
+                *([str((meta.get("world_size") or {}).get(r.trial_id) or "-")] if elastic else []),
                 *[_fmt(r.metrics.get(m, "")) for m in metrics],
                 *[_fmt(flat.get(k, "")) for k in keys],
                 note,
@@ -849,6 +891,57 @@ def _cmd_status(args: argparse.Namespace) -> int:
     head = " | ".join(f"{n} {s}" for s, n in counts.items())
     _out(f"== {meta.get('name') or os.path.basename(meta['path'])}: {len(grid)} trials | {head} | {meta['status']} ==")
     _out(_table(cols, rows))
+    return EXIT_OK
+
+
+def _status_workers(target: str, trial: str | None, as_json: bool) -> int:
+    """``tuneplat status EXP --workers``: the per-rank table the tuner keeps in ``workers.json``."""
+    import time
+
+    from .execution._observe import WORKER_COLUMNS, read_workers, worker_rows
+
+    if not os.path.isfile(os.path.join(target, "journal.jsonl")):
+        raise _Fail(f"{target} is not an experiment folder (no journal.jsonl)")
+    doc = read_workers(target) or {"running": {}, "finished": {}}
+    if trial:
+        doc = {k: ({t: v for t, v in doc.get(k, {}).items() if t == trial} if isinstance(doc.get(k), dict) else v)
+               for k, v in doc.items()}
+    if as_json:
+        _out(json.dumps({"experiment": target, "running_now": _is_running(target), **doc}, indent=2, default=str))
+        return EXIT_OK
+    rows = worker_rows(doc, time.time())
+    if not rows:
+        _out(f"no ranks recorded in {target} (workers.json is written while trials run)")
+        return EXIT_OK
+    _out(_table(WORKER_COLUMNS, rows))
+    return EXIT_OK
+
+
+def _cmd_stacks(args: argparse.Namespace) -> int:
+    """``tuneplat stacks EXP [--trial ID]``: stacks of the running ranks, captured by the running tuner."""
+    from .execution._observe import request_stacks
+
+    target = args.experiment_dir
+    if not os.path.isfile(os.path.join(target, "journal.jsonl")):
+        raise _Fail(f"{target} is not an experiment folder (no journal.jsonl)")
+    if not _is_running(target):
+        raise _Fail(f"{target} is not running (no tuner holds it): stacks are read from running ranks. The stacks "
+                    "captured when a rank hung are in its trial folder (stacks/) and named in the trial's error.")
+    answer = request_stacks(target, args.trial, args.timeout)
+    if answer is None:
+        raise _Fail(f"the tuner running {target} did not answer within {args.timeout:g}s (--timeout)", EXIT_FAILED)
+    trials = answer.get("trials") or {}
+    if args.json:
+        _out(json.dumps(answer, indent=2))
+        return EXIT_OK
+    if not trials:
+        running = answer.get("running") or []
+        which = f"trial {args.trial} is not running" if args.trial else "no trial is running"
+        _out(f"{which} (running: {', '.join(running) or 'none'})")
+        return EXIT_OK if not args.trial else EXIT_BAD_INPUT
+    for tid, got in trials.items():
+        _out(f"== trial {tid}: {got.get('summary', '').lstrip('. ')}")
+        _out(got.get("text") or "(no stacks could be read)")
     return EXIT_OK
 
 
@@ -892,7 +985,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
 def _scope_value(result: Any, metric: Any, mode: Any, scope: str) -> Any:
     """The value that ranked ``result`` under ``scope``: its best ever for "all", its average for "avg"."""
-    from ._result import _score
+    from .results._result import _score
 
     if scope == "last":
         return result.metrics.get(metric)
@@ -997,7 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     _setup_logging(getattr(args, "verbose", False))
     handler = {"run": _cmd_run, "resume": _cmd_resume, "status": _cmd_status, "best": _cmd_best,
-               "simulate": _cmd_simulate, "plot": _cmd_plot}[args.command]
+               "simulate": _cmd_simulate, "plot": _cmd_plot, "stacks": _cmd_stacks}[args.command]
     try:
         return handler(args)
     except _Fail as exc:

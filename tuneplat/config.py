@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ._config import CheckpointConfig, FailureConfig, MLflowConfig, RunConfig, ScalingConfig, TuneConfig
-from ._sweepfile import Doc, Loc, SweepFileError, format_path, parse_scalar, read_document
 from .search import _domains as D
+from .sweep._sweepfile import Doc, Loc, SweepFileError, format_path, parse_scalar, read_document
 
 __all__ = [
     "DOMAINS",
@@ -435,7 +435,7 @@ class _Builder:
         """``run.storage_options``: the keyword arguments of the fsspec filesystem of a remote storage_path."""
         from urllib.parse import urlparse
 
-        from ._storage import is_remote
+        from .storage._storage import is_remote
 
         where: Path = ("run", "storage_options")
         if not is_remote(storage_path):
@@ -702,7 +702,13 @@ _MLFLOW_FIELDS: dict[str, Field | None] = {
     "tags": STR_MAP,
 }
 _SCALING_FIELDS: dict[str, Field | None] = {
-    "num_workers": INT_GE1,
+    "num_workers": _f(lambda v: (_is_int(v) and v >= 1) or (isinstance(v, (list, tuple)) and len(v) == 2
+                                                            and all(_is_int(x) and x >= 1 for x in v)
+                                                            and v[0] <= v[1]),
+                      "an int >= 1, or [min_workers, max_workers] (an elastic group, min <= max)"),
+    "elastic_resize_monitor_interval_s": _f(lambda v: v is None or (isinstance(v, (int, float))
+                                                                    and not isinstance(v, bool) and v >= 0),
+                                            "a number of seconds >= 0, or null"),
     "use_gpu": BOOL,
     "resources_per_worker": NUM_MAP,
     "placement_strategy": _one_of("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
@@ -1030,7 +1036,7 @@ def build_sweep(doc: Doc, base_dir: str | None = None, environ: Mapping[str, str
     data = interpolate_env(doc, environ)
     translated = None
     notes: list[str] = []
-    from . import _wandb
+    from .sweep import _wandb
 
     if _wandb.is_wandb(data):
         data, notes = _wandb.translate(data, doc)

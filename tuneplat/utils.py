@@ -32,7 +32,7 @@ def validate_save_restore(trainable_cls: type, config: dict[str, Any] | None = N
         >>> validate_save_restore(MyTrainable, config={"lr": 0.1})  # doctest: +SKIP
         True
     """
-    from ._trainable import Trainable
+    from .trainables._trainable import Trainable
 
     if not (isinstance(trainable_cls, type) and issubclass(trainable_cls, Trainable)):
         raise TypeError(f"validate_save_restore() takes a tune.Trainable subclass, got {trainable_cls!r}")

@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 
-from tuneplat._storage import checkpoint_name, commit_checkpoint, list_checkpoints, stage_checkpoint
+from tuneplat.storage._storage import checkpoint_name, commit_checkpoint, list_checkpoints, stage_checkpoint
 
 FILES = 3
 SIZE = 4 << 20

@@ -13,7 +13,7 @@ import crash_writer
 import s3fs
 from crash_writer import write_forever
 
-from tuneplat._storage import (
+from tuneplat.storage._storage import (
     MANIFEST,
     PREFIX,
     remote_clean_staging,

@@ -10,8 +10,8 @@ import ckpt_trainables as T
 import pytest
 
 import tuneplat as tune
-from tuneplat._checkpoint import load_torch
-from tuneplat._storage import clean_staging, commit_checkpoint, list_checkpoints, retain, stage_checkpoint
+from tuneplat.storage._checkpoint import load_torch
+from tuneplat.storage._storage import clean_staging, commit_checkpoint, list_checkpoints, retain, stage_checkpoint
 
 
 def _rc(storage, **kw):
@@ -109,7 +109,7 @@ def test_retain_rule(scores, n, attr, order, kept):
 
 
 def test_file_url_storage_path(tmp_path):
-    from tuneplat._storage import resolve_storage_path
+    from tuneplat.storage._storage import resolve_storage_path
 
     assert resolve_storage_path(f"file://{tmp_path}/r") == f"{tmp_path}/r"
     with pytest.raises(ValueError, match="not a local folder"):

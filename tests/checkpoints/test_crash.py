@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tuneplat._storage import list_checkpoints
+from tuneplat.storage._storage import list_checkpoints
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUNDS = int(os.environ.get("TUNEPLAT_CRASH_ROUNDS", "25"))

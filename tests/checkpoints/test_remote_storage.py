@@ -11,8 +11,8 @@ import ckpt_trainables as T
 import pytest
 
 import tuneplat as tune
-from tuneplat._checkpoint import load_torch
-from tuneplat._storage import (
+from tuneplat.storage._checkpoint import load_torch
+from tuneplat.storage._storage import (
     MANIFEST,
     remote_clean_staging,
     remote_commit_checkpoint,

@@ -1,4 +1,4 @@
-"""The progress view's numbers and text (``tuneplat._progress``), on a loop's state made by hand: no cluster."""
+"""The progress view's numbers and text (``tuneplat.tracking._progress``), on a loop's state made by hand: no cluster."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import io
 import time
 from types import SimpleNamespace
 
-from tuneplat._progress import ProgressReporter
 from tuneplat.core._trial import Trial, TrialStatus
+from tuneplat.tracking._progress import ProgressReporter
 
 LONG = "RuntimeError: " + "a long explanation of what went wrong " * 4
 

@@ -94,3 +94,25 @@ def test_status_of_a_missing_folder_says_it_does_not_exist(tmp_path, capsys):
     assert f"{missing}: no such folder" in err and "storage folder" in err
     assert main(["plot", missing]) != 0
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_before_the_first_report_the_progress_line_says_what_the_wait_is():
+    from tuneplat.core._trial import Trial, TrialStatus
+    from tuneplat.tracking._progress import ProgressReporter
+
+    class Executor:
+        heavy_imports = ["torch"]
+
+    class Loop:
+        executor = Executor()
+        tc = tune.TuneConfig(num_samples=2)
+        searcher = None
+        running: dict = {}
+        trials: list = []
+
+    rep = ProgressReporter("loss", "min")
+    rep.attach(Loop())
+    trials = [Trial(trial_id=f"t{i}", config={}, path="", name=f"t{i}", status=TrialStatus.RUNNING) for i in range(2)]
+    assert "first trials starting (importing torch, data loading)" in rep.status_line(trials)
+    trials[0].results.append({"loss": 1.0, "training_iteration": 1})
+    assert "first trials starting" not in rep.status_line(trials)

@@ -270,9 +270,9 @@ def test_a_new_run_with_the_same_name_starts_its_own_journal(dask_client, storag
     second = run(2.0)
     assert [r.config["x"] for r in first] == [1.0] and [r.config["x"] for r in second] == [2.0]
     exp = os.path.join(storage, "same")
-    assert "already held experiment 'same'" in caplog.text and "Tuner.restore(" in caplog.text
+    assert "already held a run of experiment 'same'" in caplog.text and "Tuner.restore(" in caplog.text
     restored = tune.Tuner.restore(exp, T.quadratic).get_results()
     assert [r.config["x"] for r in restored] == [2.0]  # only the new run's trials
-    (old,) = [f for f in os.listdir(exp) if f.endswith(".jsonl.old")]
-    old_trials = [e for e in tune.read_journal(os.path.join(exp, old)) if e["event"] == "trial_add"]
+    (old,) = [f for f in os.listdir(storage) if f.startswith("same.")]  # the previous run, moved aside whole
+    old_trials = [e for e in tune.read_journal(os.path.join(storage, old, "journal.jsonl")) if e["event"] == "trial_add"]
     assert [e["config"]["x"] for e in old_trials] == [1.0]  # nothing lost

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
+from procs import popen, stop
 
 import tuneplat
 from tuneplat import FailureConfig, RunConfig, ScalingConfig
@@ -33,37 +33,32 @@ def no_nanny_cluster(tmp_path):
 
     scheduler_file = str(tmp_path / "scheduler.json")
     env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False",
-               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "execution")]))
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "execution")]))
     log = open(tmp_path / "cluster.log", "w")  # noqa: SIM115 - closed below
-    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                               "--port", "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",
-                               scheduler_file], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)]
+    procs = [popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                    "--port", "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",
+                    scheduler_file], env=env, stdout=log, stderr=subprocess.STDOUT)]
     try:
         deadline = time.monotonic() + 60
         while not os.path.exists(scheduler_file):
             assert procs[0].poll() is None and time.monotonic() < deadline, "dask scheduler did not start"
             time.sleep(0.05)  # another process's file; nothing to block on
         for _ in range(2):
-            procs.append(subprocess.Popen(
+            procs.append(popen(
                 [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", scheduler_file,
                  "--no-nanny", "--nthreads", "1", "--resources", "CPU=1", "--host", "127.0.0.1",
-                 "--dashboard-address", "127.0.0.1:0"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True))
+                 "--dashboard-address", "127.0.0.1:0"], env=env, stdout=log, stderr=subprocess.STDOUT))
         client = Client(scheduler_file=scheduler_file, set_as_default=False)
         client.wait_for_workers(2, timeout=120)
         yield client
         client.close()
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            p.wait(timeout=30)
+        for p in reversed(procs):  # workers first; each whole process group, killed if it does not stop
+            stop(p)
         log.close()
 
 
+@pytest.mark.slow
 def test_lost_host_not_replaced_fails_the_trial_and_torch_trainer_raises(tmp_path, monkeypatch, no_nanny_cluster):
     monkeypatch.setenv("TUNEPLAT_WORKER_WAIT_S", "3")
     trainer = TorchTrainer(lose_host_at_step_2, scaling_config=ScalingConfig(num_workers=2), client=no_nanny_cluster,

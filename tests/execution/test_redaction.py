@@ -104,7 +104,7 @@ def test_tracking_uri_from_the_environment_never_reaches_the_console(tmp_path, c
 
 
 def test_mlflow_ui_hint_hides_credentials_of_a_backend_store_uri():
-    from tuneplat._progress import mlflow_ui_hint
+    from tuneplat.tracking._progress import mlflow_ui_hint
 
     lines = mlflow_ui_hint(f"postgresql://bob:{SECRET}@db:5432/mlflow", "1")
     assert lines and SECRET not in "\n".join(lines) and "***@db:5432" in lines[0]

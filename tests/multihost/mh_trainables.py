@@ -102,3 +102,48 @@ def path_lost(config):
             tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
                             checkpoint=tuneplat.Checkpoint.from_directory(d))
         time.sleep(0.5)  # a training step
+
+
+def elastic_hosts(config):
+    """An elastic group (ScalingConfig(num_workers=(1, 2))) across hosts w1 and w2; a checkpoint every step.
+
+    On 2 ranks, at step 3, the rank on w2 says so (marker ``lost``) and waits for its host to die. On 1 rank,
+    two steps after its restart, it says so (marker ``shrunk``) and waits until a second worker is in the
+    cluster again (the test starts one on w2), so that the group grows at its next checkpoint.
+    """
+    import os
+    import tempfile
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from distributed import get_client
+
+    ctx = tuneplat.get_context()
+    world = ctx.get_world_size()
+    ckpt = tuneplat.get_checkpoint()
+    start = 0
+    if ckpt is not None:
+        with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
+            start = int(f.read())
+    hosts = [socket.gethostname()]
+    if world > 1:
+        hosts = [""] * world
+        dist.all_gather_object(hosts, socket.gethostname())
+    for step in range(start + 1, config["steps"] + 1):
+        if world > 1:
+            t = torch.ones(1)
+            dist.all_reduce(t)  # a collective every step: a lost peer fails it
+        if step == 3 and world == 2 and socket.gethostname() == "w2":
+            with open(config["marker_lost"], "w") as f:
+                f.write("w2")
+            time.sleep(600)  # the test kills every process of host w2 now
+        if world == 1 and step == start + 2 and not os.path.exists(config["marker_shrunk"]):
+            with open(config["marker_shrunk"], "w") as f:
+                f.write(socket.gethostname())
+            get_client().wait_for_workers(2, timeout=180)  # the test brings a worker up on w2 again
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "step.txt"), "w") as f:
+                f.write(str(step))
+            tuneplat.report({"loss": float(step), "world_size": world, "hosts": ",".join(sorted(hosts))},
+                            checkpoint=tuneplat.Checkpoint.from_directory(d))

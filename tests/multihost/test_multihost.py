@@ -15,7 +15,7 @@ import time
 import netns
 import pytest
 
-pytestmark = pytest.mark.multihost
+pytestmark = [pytest.mark.multihost, pytest.mark.slow]  # the slow lane (CI)
 
 _why = netns.available()
 if _why is not None:
@@ -254,3 +254,41 @@ def test_a_host_that_silently_loses_its_path_to_the_tuner_is_noticed_by_heartbea
     assert [t["error"] for t in trials] == [None, None], out[-4000:]
     assert all(t["metrics"]["training_iteration"] == 5 for t in trials)
     assert sorted(t["metrics"]["start"] for t in trials)[-1] >= 2, out[-4000:]  # resumed from its checkpoint
+
+
+def test_an_elastic_group_goes_on_without_a_lost_host_and_grows_when_it_returns(net, tmp_path):
+    """ScalingConfig(num_workers=(1, 2)) over hosts w1 and w2: every process of w2 is killed at step 3; the trial
+    goes on from its step-2 checkpoint on w1 alone without waiting for w2; a worker is started on w2 again, and the
+    group grows back to both hosts at its next checkpoint."""
+    address, certs = netns.start_cluster(net, str(tmp_path), tls=True)
+    lost, shrunk = tmp_path / "lost", tmp_path / "shrunk"
+    tuner = subprocess.Popen(net.hosts["tuner"].cmd(sys.executable, os.path.join(netns.ROOT, "tests", "multihost",
+                                                                                  "tuner_main.py"),
+                                                    _opts(tmp_path, address, certs, mode="elastic",
+                                                          marker_lost=str(lost), marker_shrunk=str(shrunk))),
+                             env=netns.worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        netns.wait_for(lambda: lost.exists() or tuner.poll() is not None, 180, "the group to reach step 3 on w2")
+        assert lost.exists(), tuner.communicate()[1][-3000:]
+        pids = net.hosts["w2"].run("ip", "netns", "pids", net.hosts["w2"].ns).stdout.split()
+        assert pids
+        for pid in pids:  # the host goes away for good: its nanny and worker alike
+            subprocess.run(["kill", "-9", pid], check=False)
+        netns.wait_for(lambda: shrunk.exists() or tuner.poll() is not None, 180, "the group to go on on w1 alone")
+        assert shrunk.exists(), tuner.communicate()[1][-3000:]
+        assert shrunk.read_text() == "w1"
+        netns.start_worker(net, "w2", address, str(tmp_path), certs)  # the host comes back
+        stdout, stderr = tuner.communicate(timeout=240)
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+            tuner.wait(10)
+    kind, body = _outcome(subprocess.CompletedProcess([], tuner.returncode, stdout, stderr))
+    assert kind == "RESULT", body
+    (trial,) = body["trials"]
+    assert trial["error"] is None
+    assert trial["metrics"]["training_iteration"] == 6
+    assert trial["metrics"]["world_size"] == 2 and trial["metrics"]["hosts"] == "w1,w2"
+    assert [(e["from_world_size"], e["to_world_size"]) for e in body["resizes"]] == [(2, 1), (1, 2)]
+    assert body["resizes"][0]["iteration"] == 2  # from the step-2 checkpoint, on w1 alone
+    assert body["resizes"][1]["reason"] == "1 more worker(s) free"

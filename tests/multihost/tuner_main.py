@@ -6,6 +6,7 @@ Usage: tuner_main.py '<json settings>'; prints ``RESULT {...}`` or ``ERROR {...}
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
@@ -94,6 +95,14 @@ def main() -> None:
             grid = Tuner(mh_trainables.path_lost, param_space={"x": grid_search([0.0, 1.0]), "marker": opts["marker"]},
                          tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc,
                          scaling_config=ScalingConfig(num_workers=1)).fit()
+        elif opts["mode"] == "elastic":
+            rc.failure_config = FailureConfig(max_failures=1)
+            rc.name = "elastic"
+            grid = Tuner(mh_trainables.elastic_hosts,
+                         param_space={"steps": 6, "marker_lost": opts["marker_lost"],
+                                      "marker_shrunk": opts["marker_shrunk"]},
+                         tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc,
+                         scaling_config=ScalingConfig(num_workers=(1, 2), placement_strategy="SPREAD")).fit()
         elif opts["mode"] == "checkpoint":
             grid = Tuner(mh_trainables.checkpointing, param_space={"x": grid_search([0.0, 1.0])},
                          tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc).fit()
@@ -106,13 +115,16 @@ def main() -> None:
                                      "seconds": time.monotonic() - t0}), flush=True)
         return
     if opts.get("journal"):
-        import os
-
         from tuneplat import read_journal
 
         for e in read_journal(os.path.join(grid.experiment_path, "journal.jsonl")):
             print("JOURNAL", json.dumps(e, default=str)[:300], flush=True)
-    print("RESULT " + json.dumps({"seconds": time.monotonic() - t0, "trials": [
+    journal = os.path.join(opts["storage"], "elastic", "journal.jsonl")
+    resizes = []
+    if opts["mode"] == "elastic" and os.path.exists(journal):
+        with open(journal) as f:
+            resizes = [e for e in map(json.loads, f) if e.get("event") == "resize"]
+    print("RESULT " + json.dumps({"seconds": time.monotonic() - t0, "resizes": resizes, "trials": [
         {"error": None if r.error is None else str(r.error), "metrics": {k: v for k, v in r.metrics.items()
                                                                           if isinstance(v, (str, int, float, bool))}}
         for r in grid]}), flush=True)

@@ -114,7 +114,8 @@ def train_fn_per_worker(train_loop_config: dict):
 def train_driver_fn(config: dict):
     from tuneplat.tune.integration.ray_train import TuneReportCallback
 
-    trainer = train.torch.TorchTrainer(
+    # (Ray's guide writes ray.train.torch.TorchTrainer: the same class; train.TorchTrainer spares the tests torch's import)
+    trainer = train.TorchTrainer(
         train_fn_per_worker,
         train_loop_config=config["train_loop_config"],
         scaling_config=train.ScalingConfig(num_workers=config.get("num_workers", 1)),
@@ -147,7 +148,7 @@ def ft_driver_fn(config: dict):
     from tuneplat.tune.integration.ray_train import TuneReportCallback
 
     marker = os.path.join(tune.get_context().get_trial_dir(), "failed-once")
-    trainer = train.torch.TorchTrainer(
+    trainer = train.TorchTrainer(
         ft_train_fn_per_worker, train_loop_config={"marker": marker},
         run_config=train.RunConfig(name=f"train-trial_id={tune.get_context().get_trial_id()}",
                                    callbacks=[TuneReportCallback()]),

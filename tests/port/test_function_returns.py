@@ -6,10 +6,10 @@ import port_returning_trainables as R
 import pytest
 
 import tuneplat as tune
-from tuneplat._function import ReportsReturn
-from tuneplat._trainable import TrainableFunction
 from tuneplat.train import RunConfig
 from tuneplat.trainables._adapt import report_returns
+from tuneplat.trainables._function import ReportsReturn
+from tuneplat.trainables._trainable import TrainableFunction
 
 
 def _fit(trainable, space, storage, client, **tc):

@@ -110,7 +110,7 @@ def test_init_sizes_the_embedded_cluster(storage):
 def test_placement_group_factory_and_resource_functions():
     pgf = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2, "GPU": 0}])
     wrapped = tune.with_resources(S.number_report, pgf)
-    from tuneplat._wrappers import resources_of
+    from tuneplat.trainables._wrappers import resources_of
 
     sc = resources_of(wrapped)
     assert sc.num_workers == 1 and sc.per_worker() == {"CPU": 3.0}

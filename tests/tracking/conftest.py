@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 import urllib.request
 
 import pytest
+from procs import popen, stop
 
 
 def free_port() -> int:
@@ -20,17 +20,8 @@ def free_port() -> int:
 
 
 def stop_group(proc: subprocess.Popen) -> None:
-    """Stop a process started with start_new_session=True and everything it spawned."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
+    """Stop a process started with start_new_session=True and everything it spawned (never raises)."""
+    stop(proc)
 
 
 def start_mlflow(args: list[str], port: int, log_path: str, timeout: float = 120.0) -> subprocess.Popen:
@@ -38,7 +29,7 @@ def start_mlflow(args: list[str], port: int, log_path: str, timeout: float = 120
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     env.pop("MLFLOW_TRACKING_URI", None)
     log = open(log_path, "wb")  # noqa: SIM115 - kept open for the server's lifetime
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", *args, "--host", "127.0.0.1", "--port", str(port),
+    proc = popen([sys.executable, "-m", "mlflow", *args, "--host", "127.0.0.1", "--port", str(port),
                              "--workers", "1"], stdout=log, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
     deadline = time.monotonic() + timeout

@@ -63,7 +63,12 @@ def test_server_runs_nesting_params_metrics_statuses_artifacts_registry(dask_cli
     view = json.loads(exp.tags["mlflow.sharedViewState.tuneplat"])
     state = json.loads(view["state"])
     assert state["selectedColumns"][:3] == ["metrics.`loss`", "params.`x`", "params.`opt/lr`"]
-    assert state["orderByKey"] == "metrics.`loss`" and state["orderByAsc"] is True
+    # grouped by the sweep's run (parent and trials in one expanded group, its row the best loss); no sort by the
+    # metric, which would list the runs flat
+    assert "orderByKey" not in state
+    assert state["groupBy"] == {"aggregateFunction": "min",
+                                "groupByKeys": [{"mode": "tag", "groupByData": "tuneplat.experiment_dir"}]}
+    assert {r.data.tags["tuneplat.experiment_dir"] for r in [p, *children]} == {results.experiment_path}
 
     by_id = {r.info.run_id: r for r in children}
     assert {r.mlflow_run_id for r in results} == set(by_id)
@@ -244,14 +249,21 @@ def test_sigkilled_tuner_restore_reconciles_running_runs(dask_client, storage, m
     assert set(ids.values()) <= finished
 
 
-def test_a_rerun_of_the_same_sweep_gets_a_numbered_parent_run(dask_client, storage, mlflow_server):
+def test_a_rerun_of_the_same_sweep_gets_a_parent_run_named_after_each_folder(dask_client, storage, mlflow_server,
+                                                                              tmp_path):
     cfg = tune.MLflowConfig(tracking_uri=mlflow_server)
     space = {"x": tune.grid_search([0.5])}
     for _ in range(3):
         _fit(dask_client, storage, "rerun_sweep", cfg, space=space)
     c, parents, children = _runs(mlflow_server, "rerun_sweep")
-    assert sorted(p.info.run_name for p in parents) == ["rerun_sweep", "rerun_sweep #2", "rerun_sweep #3"]
+    moved = sorted(n for n in os.listdir(storage) if n.startswith("rerun_sweep."))  # the earlier runs' folders
+    assert len(moved) == 2
+    assert sorted(p.info.run_name for p in parents) == sorted(["rerun_sweep", *moved])
     assert len(children) == 3
+    # the same experiment name from another storage folder: a numbered parent run
+    _fit(dask_client, str(tmp_path / "elsewhere"), "rerun_sweep", cfg, space=space)
+    _c, parents, _children = _runs(mlflow_server, "rerun_sweep")
+    assert "rerun_sweep #2" in [p.info.run_name for p in parents]
     # an experiment whose owner chose a kind keeps it
     exp = c.get_experiment_by_name("rerun_sweep")
     c.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "genai_development")

@@ -8,6 +8,7 @@ Set ``TUNEPLAT_UI_SCREENSHOT=docs/img/mlflow-ui.png`` to refresh the screenshot 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -17,7 +18,7 @@ from conftest import free_port, start_mlflow, stop_group
 from mlflow import MlflowClient
 
 import tuneplat as tune
-from tuneplat._progress import mlflow_ui_hint
+from tuneplat.tracking._progress import mlflow_ui_hint
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 REQUIRED = os.environ.get("TUNEPLAT_REQUIRE_BROWSER") == "1"
@@ -59,20 +60,23 @@ def _distinct_colours(png: bytes) -> int:
     return len(set(img.getdata()))
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_mlflow_ui_opens_the_sweep_right(chromium, dask_client, storage, tmp_path, monkeypatch):
-    """Classic view, the saved view's metric and parameter columns, a re-run's numbered parent run, a trial's
+    """Classic view, the saved view's metric and parameter columns (wide enough for whole values), the runs grouped
+    under their sweep's run, a re-run's parent named after the folder its predecessor moved to, a trial's
     checkpoint artifacts, the parent's best values as tags and its plots: each checked in the page Chromium renders."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
     def fit():
-        return tune.Tuner(T.curve, param_space={"x": tune.grid_search([0.5, -1.0, 2.0]), "width": 64},
+        return tune.Tuner(T.curve, param_space={"x": tune.grid_search([0.5, -1.0, 2.0]), "width": 64,
+                                                "lr": tune.loguniform(1e-4, 1e-1)},
                           tune_config=tune.TuneConfig(metric="loss", mode="min"),
                           run_config=tune.RunConfig(name="ui-demo", storage_path=storage, verbose=0),
                           client=dask_client).fit()
 
     fit()
-    results = fit()  # the same sweep again: a second parent run, "ui-demo #2"
+    results = fit()  # the same sweep again: the first run moves to ui-demo.<time>, its parent run is renamed so
     uri = f"sqlite:///{storage}/mlflow.db"
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("ui-demo")  # named after the sweep
@@ -92,17 +96,25 @@ def test_mlflow_ui_opens_the_sweep_right(chromium, dask_client, storage, tmp_pat
         assert not missing, f"the MLflow UI does not list {missing}"
         # the classic view ("Model training": Runs, Models, Traces), not the GenAI one (Evaluation runs, Judges...)
         assert "Evaluation runs" not in dom and "Judges" not in dom and ">Models<" in dom
-        for column in ("loss", "width"):
+        for column in ("loss", "width", "lr"):
             assert f">{column}<" in dom, f"no {column!r} column in the runs table"
         assert f"{best.metrics['loss']:.4g}"[:4] in dom  # the metric's values are shown
+        # lr's values are whole: its column is as wide as the saved view says (not the narrow default)
+        lr_header = re.search(r'col-id="params\.`lr`"[^>]*style="[^"]*width: (\d+)px', dom)
+        assert lr_header and int(lr_header.group(1)) >= 170, "the lr column is cut off"
+        # the trials are nested: grouped under their sweep's run (expanded), with the parent run in the group
+        assert f"Group: {results.experiment_path}" in dom or "Group:" in dom
+        group_at = dom.index("Group:")
+        assert all(dom.index(n) > group_at for n in names)
         shot = _screenshot(chromium, tmp_path, runs_url, "runs.png")
         assert _distinct_colours(shot) > 50
 
-        # a re-run of the sweep is a second parent run with a numbered name
+        # a re-run of the sweep: the previous run's parent is named after the folder it moved to (no "#2")
         parents = client.search_runs([exp.experiment_id], "tags.`tuneplat.kind` = 'experiment'")
-        assert sorted(p.info.run_name for p in parents) == ["ui-demo", "ui-demo #2"]
+        (moved,) = [n for n in os.listdir(storage) if n.startswith("ui-demo.")]
+        assert sorted(p.info.run_name for p in parents) == sorted(["ui-demo", moved])
         by_date = _chromium(chromium, tmp_path, f"{base}/runs?workflowType=machine_learning", "--dump-dom").stdout
-        assert "ui-demo #2" in by_date
+        assert moved in by_date and "ui-demo #2" not in by_date
         assert ">width<" not in by_date  # (without the saved view, no parameter columns: the view brings them)
 
         # a trial's run: its checkpoints are artifacts the UI lists
@@ -112,7 +124,7 @@ def test_mlflow_ui_opens_the_sweep_right(chromium, dask_client, storage, tmp_pat
         assert _distinct_colours(_screenshot(chromium, tmp_path, child, "trial.png")) > 50
 
         # the parent run: the best trial's values as tags (no "best" metrics that would make an empty chart section)
-        (parent,) = [p for p in parents if p.info.run_name == "ui-demo #2"]
+        (parent,) = [p for p in parents if p.info.run_name == "ui-demo"]
         assert "tuneplat.best.loss" in parent.data.tags and not parent.data.metrics
         dom = _chromium(chromium, tmp_path, f"{base}/runs/{parent.info.run_id}?workflowType=machine_learning",
                         "--dump-dom").stdout

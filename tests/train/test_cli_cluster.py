@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import time
 import pytest
 import torch
 import wg_trainables as wt
+from procs import popen, stop
 
 import tuneplat as tune
 
@@ -44,7 +44,7 @@ def cli_cluster(tmp_path):
     env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False",
                PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "train")]))
     log = open(tmp_path / "cluster.log", "w")  # noqa: SIM115 - closed below
-    scheduler = subprocess.Popen(
+    scheduler = popen(
         _dask_cli() + ["scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
                        "--scheduler-file", scheduler_file],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -56,7 +56,7 @@ def cli_cluster(tmp_path):
             assert time.monotonic() < deadline, "dask scheduler did not start"
             time.sleep(0.05)  # waiting for another process's file; nothing to block on
         for _ in range(2):
-            procs.append(subprocess.Popen(
+            procs.append(popen(
                 _dask_cli() + ["worker", "--scheduler-file", scheduler_file, "--nthreads", "1", "--nworkers", "1",
                                "--resources", "CPU=1", "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
@@ -66,23 +66,8 @@ def cli_cluster(tmp_path):
         client.close()
         yield address, [p.pid for p in procs]
     finally:
-        for p in reversed(procs):  # workers first, then the scheduler
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
-        deadline = time.monotonic() + 20
-        while any(_alive(p.pid) for p in procs) and time.monotonic() < deadline:  # nanny children leave last
-            time.sleep(0.1)
-        for p in procs:
-            if _alive(p.pid):
-                os.killpg(p.pid, signal.SIGKILL)
+        for p in reversed(procs):  # workers first, then the scheduler; each whole group, killed if need be
+            stop(p)
         log.close()
         assert not any(_alive(p.pid) for p in procs), "processes of the CLI cluster outlived the test"
 

@@ -16,10 +16,10 @@ Example:
 
 from __future__ import annotations
 
-from .._checkpoint import Checkpoint
 from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from .._result import Result
+from ..results._result import Result
+from ..storage._checkpoint import Checkpoint
 from . import session
 
 __all__ = ["Checkpoint", "CheckpointConfig", "FailureConfig", "Result", "RunConfig", "ScalingConfig", "SyncConfig",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._checkpoint import Checkpoint
+from ..storage._checkpoint import Checkpoint
 from ..train._session import get_checkpoint, get_context
 from ..train._session import report as _report
 

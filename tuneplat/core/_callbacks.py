@@ -2,7 +2,7 @@
 
 This is the internal interface. Users subclass :class:`tuneplat.Callback`, which
 has Ray Tune's hook signatures and is adapted onto this one
-(``tuneplat/_user_callbacks.py``).
+(``tuneplat/tracking/_user_callbacks.py``).
 
 Every hook receives the controller first (``ctrl.trials``, ``ctrl.experiment_dir``,
 ``ctrl.metric``, ...). Hooks run on the tuner's loop: keep them fast and never
@@ -33,11 +33,20 @@ class ControllerCallback:
 
     def on_trial_failure(self, ctrl: Any, trial: Any, message: str, will_retry: bool) -> None: ...
 
+    def on_trial_resize(self, ctrl: Any, trial: Any, old: int, new: int, reason: str) -> None:
+        """An elastic trial's group started again with ``new`` ranks instead of ``old`` (``reason``: why)."""
+
     def on_trial_exploit(self, ctrl: Any, trial: Any, event: dict[str, Any]) -> None: ...
 
     def on_trial_complete(self, ctrl: Any, trial: Any) -> None: ...
 
     def on_experiment_end(self, ctrl: Any, status: str) -> None: ...
+
+    def on_system_metrics(self, ctrl: Any, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
+        """CPU %, memory and GPU samples of a running trial's ranks (``train/_telemetry.py``)."""
+
+    def on_stacks(self, ctrl: Any, trial: Any, path: str | None, summary: str, reason: str) -> None:
+        """The Python stacks of a trial's ranks were captured into ``path`` (a hang, or ``tuneplat stacks``)."""
 
 
 #: The name ``tuneplat.tracking`` imports; the public ``tuneplat.Callback`` is the Ray-style one.

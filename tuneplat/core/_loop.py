@@ -46,26 +46,30 @@ from schedulers import (
     plan_action,
 )
 
-from .._checkpoint import Checkpoint
 from .._config import RunConfig, ScalingConfig, TuneConfig
-from .._progress import ProgressReporter
 from .._settings import env_seconds
-from .._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
 from ..execution._executor import (
     Ended,
     Event,
     ExecutorContext,
     Outcome,
+    Preempted,
     RankFailed,
+    RankStats,
     Reported,
     Saved,
+    StacksCaptured,
     Started,
     Starved,
     TrialExecutor,
     TrialSpec,
 )
 from ..search._searcher import BasicVariantGenerator, Searcher
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
+from ..tracking._progress import ProgressReporter
 from ._journal import Journal, to_jsonable
+from ._oom import OOM, failure_kind, shrink_config
 from ._stop import MetricCheck, StopRules
 from ._trial import Trial, TrialStatus
 
@@ -132,7 +136,10 @@ class TuneLoop:
         self.metric: Any = tune_config.metric
         self.mode: Any = tune_config.mode
         self.request = scaling_config.per_worker()
-        self.world_size = scaling_config.num_workers
+        self.world_size = scaling_config.max_workers
+        #: an elastic group's fewest ranks (ScalingConfig(num_workers=(min, max))); None for fixed-size groups
+        self.min_world_size = scaling_config.min_workers if scaling_config.elastic else None
+        self._resize_reasons: dict[str, tuple[int | None, str]] = {}  # trial id -> (old size, why) until it restarts
         self.resume = resume
 
         self.searcher: Searcher = tune_config.search_alg or BasicVariantGenerator()
@@ -161,7 +168,12 @@ class TuneLoop:
         self.reporter = ProgressReporter(self.metric, self.mode, run_config.verbose, run_config.progress_interval_s)
         self.stop_grace_s = env_seconds("TUNEPLAT_STOP_GRACE_S", 5)  # a stopped trial that does not report
         self.journal: Journal | None = None
+        self._stats_journaled: dict[str, float] = {}  # trial id -> when its system metrics were last journaled
+        # system metrics reach the journal at most this often per trial (every sample goes to the callbacks/MLflow)
+        self._stats_journal_s = env_seconds("TUNEPLAT_SYSTEM_METRICS_JOURNAL_S", 60)
         self._looping = False
+        #: where a re-run moved the previous run of this experiment (the MLflow mirror renames its parent run)
+        self.previous_run_dir: str | None = None
 
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:
@@ -234,7 +246,8 @@ class TuneLoop:
                 trainable=self.trainable, experiment_name=self.experiment_name, experiment_dir=self.experiment_dir,
                 request=self.request, world_size=self.world_size, placement_strategy=self.sc.placement_strategy,
                 backend=self.sc.backend, metric=self.metric, storage_fs=self.storage_fs,
-                raw_trainable=self.raw_trainable, say=self.reporter.say, trial_io=self.trial_io))
+                raw_trainable=self.raw_trainable, say=self.reporter.say, min_world_size=self.min_world_size,
+                grow_interval_s=self.sc.elastic_resize_monitor_interval_s, trial_io=self.trial_io))
             if self.tc.time_budget_s:
                 self._deadline = self.executor.now() + self.tc.time_budget_s
             if self.executor.dashboard_link:
@@ -244,7 +257,9 @@ class TuneLoop:
                                  "metric": self.metric, "mode": self.mode, "num_samples": self.tc.num_samples,
                                  "scheduler": to_jsonable(self.scheduler.describe()),
                                  "searcher": type(self.searcher).__name__, "resume": self.resume,
-                                 "scaling": {"num_workers": self.world_size, "resources_per_worker": self.request}})
+                                 "scaling": {"num_workers": self.world_size, "resources_per_worker": self.request,
+                                             **({"min_workers": self.min_world_size}
+                                                if self.min_world_size is not None else {})}})
             for cb in self.callbacks:
                 cb.on_experiment_start(self)
             if threading.current_thread() is threading.main_thread():
@@ -382,8 +397,53 @@ class TuneLoop:
             assert self.journal is not None
             self.journal.append({"event": "rank_failure", "trial_id": event.trial_id, "attempt": event.attempt,
                                  "message": event.message})
+        elif isinstance(event, Preempted):
+            assert self.journal is not None
+            self.journal.append({"event": "preempt_notice", "trial_id": event.trial_id, "host": event.host,
+                                 "message": event.message})
+            self.reporter.event(f"trial {event.trial_id}: host {event.host} is leaving ({event.message}); "
+                                "checkpointing, then resizing")
         elif isinstance(event, Starved):
             self._starve(event.message)
+        elif isinstance(event, RankStats):
+            self._on_rank_stats(event)
+        elif isinstance(event, StacksCaptured):
+            self._on_stacks(event)
+
+    def _on_rank_stats(self, event: RankStats) -> None:
+        """System metrics of a trial's ranks: to the callbacks (MLflow's system metrics), to the journal rarely."""
+        trial = self.by_id.get(event.trial_id)
+        if trial is None:
+            return
+        for cb in self.callbacks:
+            hook = getattr(cb, "on_system_metrics", None)
+            if hook is not None:
+                try:
+                    hook(self, trial, event.system, event.timestamp)
+                except Exception:  # noqa: BLE001 - observability must never end an experiment
+                    logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
+        last = self._stats_journaled.get(event.trial_id, 0.0)
+        if event.timestamp - last >= self._stats_journal_s:
+            self._stats_journaled[event.trial_id] = event.timestamp
+            assert self.journal is not None
+            self.journal.append({"event": "system_metrics", "trial_id": event.trial_id, "timestamp": event.timestamp,
+                                 "ranks": {str(k): v for k, v in event.system.items()}})
+
+    def _on_stacks(self, event: StacksCaptured) -> None:
+        """Stacks of a trial's ranks were captured (a hang, or ``tuneplat stacks``): journal them, tell MLflow."""
+        assert self.journal is not None
+        self.journal.append({"event": "stacks", "trial_id": event.trial_id, "path": event.path,
+                             "summary": event.summary, "reason": event.reason})
+        trial = self.by_id.get(event.trial_id)
+        if trial is None:
+            return
+        for cb in self.callbacks:
+            hook = getattr(cb, "on_stacks", None)
+            if hook is not None:
+                try:
+                    hook(self, trial, event.path, event.summary, event.reason)
+                except Exception:  # noqa: BLE001
+                    logger.debug("tuneplat: on_stacks failed", exc_info=True)
 
     def _finished(self) -> bool:
         if self.running or (self.queue and not self.stopping):
@@ -561,11 +621,14 @@ class TuneLoop:
         limit = self.tc.max_concurrent_trials
         while True:
             if not self.queue and (self.searcher_done or self.searcher_blocked):
+                self._set_waiting(0)
                 return
             if self._budget_spent():
                 return
             if limit is not None and self.executor.running() >= limit:
+                self._set_waiting(0)  # (none of them could start now anyway)
                 return
+            self._set_waiting(self._could_start() - 1)  # (elastic groups: the others that wait for room)
             if self.queue:  # first in line: it waits for room of its own shape (no overtaking)
                 trial = self.queue[0]
                 shape = self._shape(trial)
@@ -574,12 +637,14 @@ class TuneLoop:
                     continue
                 reservation = self.executor.reserve(*shape)
                 if reservation is None:
+                    self._set_waiting(self._could_start())
                     return
                 self.queue.popleft()
                 self._start(trial, reservation)
                 continue
             reservation = self.executor.reserve()  # the experiment's shape: no suggestion without room
             if reservation is None:
+                self._set_waiting(self._could_start())
                 return
             new = self._suggest()
             shape = self._shape(new) if new is not None else None
@@ -602,7 +667,7 @@ class TuneLoop:
         if shape is None:
             try:
                 sc = self.trial_resources(trial.config)
-                shape = (sc.per_worker(), sc.num_workers)
+                shape = (sc.per_worker(), sc.max_workers)  # (per-trial groups have a fixed size)
                 key = repr((sorted(shape[0].items()), shape[1]))
                 if key not in self._shapes_checked:
                     self.executor.check_fits(*shape)
@@ -614,6 +679,25 @@ class TuneLoop:
                 return None
             self._shapes[trial.trial_id] = shape
         return shape
+
+    def _could_start(self) -> int:
+        """How many trials could start now if there were room: queued ones, then new suggestions (elastic only)."""
+        if self.min_world_size is None:
+            return 0
+        count = len(self.queue)
+        if not (self.searcher_done or self.searcher_blocked or self.stopping):
+            total = getattr(self.searcher, "total", None) if isinstance(self.searcher, BasicVariantGenerator) else None
+            if total is None:
+                total = self.tc.num_samples if self.tc.num_samples != -1 else self.suggested + 1
+            count += max(0, int(total) - self.suggested)
+        limit = self.tc.max_concurrent_trials
+        if limit is not None:
+            count = min(count, max(0, limit - self.executor.running()))
+        return count
+
+    def _set_waiting(self, count: int) -> None:
+        if self.min_world_size is not None:  # (elastic groups only: fixed-size groups behave as before)
+            self.executor.set_waiting(max(0, count))
 
     def _start(self, trial: Trial, reservation: Any) -> None:
         """Start an attempt of ``trial`` on the executor's ``reservation``."""
@@ -653,9 +737,34 @@ class TuneLoop:
         if spec.request is not None:  # its own resources (with_resources(fn), a ScalingConfig with domains)
             event["resources"] = {"num_workers": spec.world_size, "resources_per_worker": dict(spec.request)}
         self.journal.append(event)
+        self._record_world_size(trial, len(where), start_iteration)
         for cb in self.callbacks:
             cb.on_trial_start(self, trial)
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
+
+    def _record_world_size(self, trial: Trial, size: int, start_iteration: int) -> None:
+        """An elastic trial's group started with ``size`` ranks: journal a resize when that changed."""
+        old, why = self._resize_reasons.pop(trial.trial_id, (trial.world_size, ""))
+        old = old if old is not None else trial.world_size
+        trial.world_size = size
+        if self.min_world_size is None:
+            return
+        if old is None or not trial.world_sizes:
+            trial.world_sizes.append((start_iteration, size))
+            return
+        if size == old:
+            return
+        trial.world_sizes.append((start_iteration, size))
+        message = f"resized from {old} to {size} ranks" + (f": {why}" if why else "")
+        assert self.journal is not None
+        self.journal.append({"event": "resize", "trial_id": trial.trial_id, "from_world_size": old,
+                             "to_world_size": size, "iteration": start_iteration, "reason": why,
+                             "message": message})
+        self.reporter.event(f"trial {trial.trial_id} {message}")
+        for cb in self.callbacks:
+            hook = getattr(cb, "on_trial_resize", None)
+            if hook is not None:
+                hook(self, trial, old, size, why)
 
     def _supersede(self, trial: Trial, after: int) -> None:
         assert self.journal is not None
@@ -850,7 +959,28 @@ class TuneLoop:
         f = self._result_files.pop(trial.trial_id, None)
         if f is not None:
             f.close()
-        if event.outcome is Outcome.NOT_STARTED and not self.stopping:
+        if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
+            self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
+        if event.outcome is Outcome.RESIZED and event.preempted:
+            trial.num_preemptions += 1
+            budget = self.rc.failure_config.max_preemption_failures  # type: ignore[union-attr]
+            if budget != -1 and trial.num_preemptions > budget and not self.stopping:
+                trial.error = (f"preempted {trial.num_preemptions} times, more than "
+                               f"FailureConfig(max_preemption_failures={budget}): {event.message}")
+                self._end_trial(trial, TrialStatus.ERROR)
+                self._ready_actions.extend(self._deferred_actions.pop(trial.trial_id, []))
+                self._drain_actions()
+                return
+        if event.outcome is Outcome.RESIZED and not self.stopping and decision is None:
+            trial.status = TrialStatus.PENDING  # it starts again at once, from the checkpoint just committed
+            self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,
+                                 "reason": f"elastic resize: {event.message}"})
+            self.queue.appendleft(trial)
+        elif event.outcome is Outcome.RESIZED and not self.interrupted and decision is None:
+            self._end_trial(trial, TrialStatus.TERMINATED)  # (the experiment is stopping)
+        elif event.outcome is Outcome.RESIZED:
+            trial.status = TrialStatus.PAUSED if decision is Decision.PAUSE else TrialStatus.PENDING
+        elif event.outcome is Outcome.NOT_STARTED and not self.stopping:
             trial.attempts -= 1
             trial.status = TrialStatus.PENDING
             self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,
@@ -873,23 +1003,65 @@ class TuneLoop:
     def _on_failure(self, trial: Trial, run: _Running | None, message: str, tb: str | None) -> None:
         assert self.journal is not None
         trial.num_failures += 1
-        max_failures = self.rc.failure_config.max_failures  # type: ignore[union-attr]
-        retry = (not self.stopping and not trial.no_retry
-                 and (max_failures == -1 or trial.num_failures <= max_failures))
-        self.journal.append({"event": "trial_failure", "trial_id": trial.trial_id,
-                             "attempt": run.attempt if run is not None else trial.attempts - 1,
-                             "message": message, "traceback": tb, "retry": retry})
+        fc = self.rc.failure_config
+        assert fc is not None
+        max_failures = fc.max_failures
+        kind = failure_kind(message, tb)
+        trial.error_kind = kind
+        shrunk = self._oom_shrink(trial, message) if kind == OOM else None
+        if shrunk is not None:
+            trial.num_failures -= 1  # an OOM retry has its own budget (FailureConfig.max_oom_retries)
+        retry = shrunk is not None or (not self.stopping and not trial.no_retry
+                                       and (max_failures == -1 or trial.num_failures <= max_failures))
+        failure: dict[str, Any] = {"event": "trial_failure", "trial_id": trial.trial_id,
+                                   "attempt": run.attempt if run is not None else trial.attempts - 1,
+                                   "message": message, "traceback": tb, "retry": retry}
+        if kind is not None:
+            failure["kind"] = kind
+        if shrunk is not None:
+            failure["oom_retry"] = True
+        self.journal.append(failure)
+        if shrunk is not None:
+            old, change = shrunk
+            self.journal.append({"event": "oom_retry", "trial_id": trial.trial_id, "retry": trial.oom_retries,
+                                 "change": to_jsonable(change), "old_config": to_jsonable(old),
+                                 "new_config": to_jsonable(trial.config), "config_pickle": _pickle_hex(trial.config)})
         for cb in self.callbacks:
             cb.on_trial_failure(self, trial, message, retry)
+        if shrunk is not None:
+            changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in shrunk[1].items())
+            self.reporter.event(f"trial {trial.trial_id} ran out of memory; retrying with {changes} "
+                                f"(OOM retry {trial.oom_retries} of {fc.max_oom_retries})")
+            trial.status = TrialStatus.PENDING
+            self.queue.append(trial)
+            return
         if retry:
             self.reporter.event(f"trial {trial.trial_id} failed ({message}); retrying from its latest checkpoint")
             trial.status = TrialStatus.PENDING
             self.queue.append(trial)
             return
-        trial.error, trial.error_traceback = message, tb
+        trial.error, trial.error_traceback = (f"out of memory (OOM): {message}" if kind == OOM else message), tb
         self._end_trial(trial, TrialStatus.ERROR)
         if self.rc.failure_config.fail_fast and not self.fail_fast_error:  # type: ignore[union-attr]
             self._fail_experiment(f"trial {trial.trial_id} failed: {message}", prefix="fail_fast: ")
+
+    def _oom_shrink(self, trial: Trial, message: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """FailureConfig(oom_halve=...): shrink the trial's config for another try; None when it is not retried."""
+        fc = self.rc.failure_config
+        assert fc is not None
+        if fc.oom_halve is None or self.stopping or trial.no_retry or trial.oom_retries >= fc.max_oom_retries:
+            return None
+        try:
+            shrunk = shrink_config(trial.config, fc.oom_halve, fc.oom_double)
+        except ValueError as exc:
+            self.reporter.say(f"tuneplat: trial {trial.trial_id} ran out of memory and cannot be shrunk: {exc}")
+            return None
+        if shrunk is None:
+            return None  # the key is missing or already at its smallest: it ends as an OOM error
+        old = trial.config
+        trial.config, change = shrunk
+        trial.oom_retries += 1
+        return old, change
 
     def _fail_experiment(self, message: str, prefix: str = "") -> None:
         """End the experiment because of one trial's failure; the others stay restorable."""
@@ -908,13 +1080,16 @@ class TuneLoop:
         end: dict[str, Any] = {"event": "trial_end", "trial_id": trial.trial_id, "status": status.value,
                                "error": trial.error, "traceback": trial.error_traceback,
                                "stop_reason": trial.stop_reason, "iteration": trial.iteration}
+        if status is TrialStatus.ERROR and trial.error_kind is not None:
+            end["error_kind"] = trial.error_kind
         if trial.resumable:
             end["resumable"] = True
         self.journal.append(end)
         if status is TrialStatus.ERROR:
             error_file = self._write_error_file(trial)
             self.scheduler.on_trial_error(trial.trial_id)
-            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True)
+            info = {"oom": True} if trial.error_kind == OOM and _takes_info(self.searcher) else {}
+            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True, **info)
             self.reporter.trial_error(trial, error_file)
         elif trial.resumable:
             pass  # not complete: the searcher and scheduler keep it as it was, for a restore
@@ -1042,6 +1217,17 @@ class TuneLoop:
         self.journal.append(event)
         for cb in self.callbacks:
             cb.on_trial_exploit(self, trial, event)
+
+
+def _takes_info(searcher: Any) -> bool:
+    """Whether the searcher's ``on_trial_complete`` takes extra keyword information (``**info``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(searcher.on_trial_complete).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 _COMMIT_POLL_S = 0.005  # how often the loop looks at remote commits in flight

@@ -9,8 +9,8 @@ from typing import Any
 
 import cloudpickle
 
-from .._checkpoint import Checkpoint
-from .._storage import fs_for_url, is_remote, remote_is_committed
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import fs_for_url, is_remote, remote_is_committed
 from ._journal import JournalError, read_journal
 from ._trial import Trial, TrialStatus
 
@@ -189,7 +189,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
         tid = str(ev.get("trial_id") or "")
         t = trials.get(tid) if tid else None
         if kind == "experiment":
-            meta = {k: ev.get(k) for k in ("name", "metric", "mode", "num_samples")}
+            meta = {k: ev.get(k) for k in ("name", "metric", "mode", "num_samples", "scaling")}
         elif kind == "trial_add":
             path = ev["path"]
             if not os.path.isdir(path):  # the folder moved: trial folders sit beside the journal
@@ -200,6 +200,13 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
         elif kind == "trial_start":
             t.attempts = max(t.attempts, int(ev.get("attempt", 0)) + 1)
             t.status = TrialStatus.RUNNING
+            t.world_size = len(ev.get("workers") or ()) or t.world_size
+            if not t.world_sizes and t.world_size:
+                t.world_sizes.append((int(ev.get("start_iteration") or 0), t.world_size))
+        elif kind == "resize":  # an elastic group started again at another size: what `tuneplat status` shows
+            t.world_sizes.append((int(ev.get("iteration") or 0), int(ev.get("to_world_size") or 0)))
+            meta.setdefault("resizes", {}).setdefault(tid, []).append(
+                {k: ev.get(k) for k in ("iteration", "from_world_size", "to_world_size", "reason", "message")})
         elif kind == "result":
             t.results.append(ev["result"])
         elif kind == "superseded":
@@ -223,6 +230,10 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
             t.status = TrialStatus.PAUSED
         elif kind == "trial_failure":
             t.num_failures += 1
+        elif kind == "oom_retry":  # FailureConfig(oom_halve=...): the trial runs on with a smaller config
+            t.config = _config(ev, "new_config", trusted)
+            t.oom_retries += 1
+            t.num_failures -= 1  # (its trial_failure line counted it; OOM retries have their own budget)
         elif kind == "exploit":
             t.config = _config(ev, "new_config", trusted)
             t.lineage.append({k: v for k, v in ev.items() if k not in ("event", "config_pickle")})
@@ -232,6 +243,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
             t.status = TrialStatus(ev["status"])
             t.error = ev.get("error")
             t.error_traceback = ev.get("traceback")
+            t.error_kind = ev.get("error_kind")
             t.stop_reason = ev.get("stop_reason")
             t.resumable = bool(ev.get("resumable"))
     for t in trials.values():

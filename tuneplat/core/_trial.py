@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .._checkpoint import Checkpoint
+from ..storage._checkpoint import Checkpoint
 
 __all__ = ["Trial", "TrialStatus"]
 
@@ -56,6 +56,8 @@ class Trial:
     error: str | None = None
     error_traceback: str | None = None
     num_failures: int = 0
+    error_kind: str | None = None  # "oom": its last failure was out of memory (GPU or host)
+    oom_retries: int = 0  # times it was shrunk (FailureConfig.oom_halve) and retried
     attempts: int = 0
     checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(default_factory=list)
     stop_reason: str | None = None
@@ -67,6 +69,12 @@ class Trial:
     trainable_name: str = ""
     #: set by PBT's clone: the next attempt goes on from this training_iteration (the source checkpoint's)
     restart_iteration: int | None = None
+    #: ranks of its current (or last) group; elastic groups change it (ScalingConfig(num_workers=(min, max)))
+    world_size: int | None = None
+    #: elastic groups: ``(start_iteration, ranks)`` of each attempt whose size differed from the one before
+    world_sizes: list[tuple[int, int]] = field(default_factory=list)
+    #: elastic groups: restarts because a worker was preempted (``FailureConfig.max_preemption_failures``)
+    num_preemptions: int = 0
     #: the trial failed in a way a retry cannot fix (a misspelt metric): no retries
     no_retry: bool = False
     #: restore took its last result from its last checkpoint's metrics (the tuner died between the two journal

@@ -8,7 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -26,6 +26,59 @@ logger = logging.getLogger("tuneplat")
 
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+#: imports slow enough to name while the workers start (seconds each on a small machine)
+HEAVY_IMPORTS = frozenset({"torch", "transformers", "lightning", "pytorch_lightning", "tensorflow", "jax", "sklearn",
+                            "xgboost", "lightgbm"})
+
+
+def trainable_imports(*objects: Any) -> list[str]:
+    """The modules a trainable will import in a worker: its own module and the modules its code refers to.
+
+    Only modules already imported in this process are named (so they exist here). ``__main__`` is never
+    named: the embedded cluster's workers do not run the user's script.
+    """
+    import sys
+    import types
+
+    found: list[str] = []
+
+    def add(name: Any) -> None:
+        if isinstance(name, str) and name and name != "__main__" and not name.startswith("__main__."):
+            top = name if name in sys.modules else None
+            if top and top not in found:
+                found.append(top)
+
+    seen: set[int] = set()
+
+    def visit(obj: Any, depth: int) -> None:
+        if depth > 2 or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        fn = getattr(obj, "__func__", obj)
+        for attr in ("func", "fn", "_fn", "train_loop_per_worker", "trainable", "_trainable", "__wrapped__"):
+            inner = getattr(obj, attr, None)
+            if inner is not None and inner is not obj and callable(inner):
+                visit(inner, depth + 1)
+        add(getattr(fn, "__module__", None))
+        code = getattr(fn, "__code__", None)
+        globs = getattr(fn, "__globals__", None)
+        if code is None or not isinstance(globs, dict):
+            return
+        for name in code.co_names:
+            value = globs.get(name)
+            if name in HEAVY_IMPORTS:  # `import torch` inside the function
+                add(name)
+            if isinstance(value, types.ModuleType):
+                add(value.__name__)
+            elif value is not None and not isinstance(value, (int, float, str, bytes, bool)):
+                add(getattr(value, "__module__", None))
+
+    for obj in objects:
+        if obj is not None:
+            visit(obj, 0)
+    return found
 
 
 def make_security(security: Any, where: str = "RunConfig.security") -> Any:
@@ -119,6 +172,7 @@ class Cluster:
     """
 
     def __init__(self, client: Any = None, address: str | None = None, cpus_per_rank: float = 1.0,
+                 say: Callable[[str], None] | None = None, imports: Sequence[str] = (),
                  security: Any = None) -> None:
         import dask
         from distributed import Client
@@ -163,11 +217,24 @@ class Cluster:
             # for the cluster's whole life, not only its start: a nanny reads this each time it (re)starts a worker
             # process (after a crash), and a daemonic worker cannot start DataLoader worker processes
             self._no_main.enter_context(dask.config.set({"distributed.worker.daemon": False}))
-            # the preload makes worker processes ignore Ctrl-C: the tuner ends trials and closes the cluster
+            n_workers = cores // per
+            heavy = [m for m in imports if m.split(".")[0] in HEAVY_IMPORTS]
+            if say is not None:
+                say(f"tuneplat: starting {n_workers} worker process{'es' if n_workers != 1 else ''}"
+                    + (f" (importing {', '.join(sorted({m.split('.')[0] for m in heavy}))})" if heavy else "")
+                    + "…")
+            # the preload makes worker processes ignore Ctrl-C (the tuner ends trials and closes the cluster), and
+            # imports what the trainable needs in the background while the cluster and the tuner get ready
+            spawn_env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+            if imports:
+                from ._worker_preload import IMPORTS_ENV
+
+                spawn_env[IMPORTS_ENV] = ",".join(imports)
             with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0,
-                                  "distributed.worker.preload": ["tuneplat.execution._worker_preload"]}):
+                                  "distributed.worker.preload": ["tuneplat.execution._worker_preload"],
+                                  "distributed.nanny.pre-spawn-environ": spawn_env}):
                 self.local_cluster = LocalCluster(
-                    n_workers=cores // per, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
                     security=security,
                 )
@@ -636,6 +703,23 @@ class Ledger:
         for a in got:
             self.load[a.address] = self.load.get(a.address, 0) + 1
         return got
+
+    def allocate_between(self, request: Mapping[str, float], lo: int, hi: int,
+                         strategy: str = "PACK") -> list[Assignment] | None:
+        """Reserve as many slots as fit, from ``hi`` down to ``lo`` (an elastic group); None when not even ``lo`` fit."""
+        for n in range(hi, lo - 1, -1):
+            got = self.allocate(request, n, strategy)
+            if got is not None:
+                return got
+        return None
+
+    def free_count(self, request: Mapping[str, float], limit: int, strategy: str = "PACK") -> int:
+        """How many more ranks of ``request`` (up to ``limit``) fit right now; nothing is reserved."""
+        for n in range(limit, 0, -1):
+            pools = {k: list(v) for k, v in self.pools.items()}
+            if self._allocate(request, n, strategy, self.busy, pools) is not None:
+                return n
+        return 0
 
     def check_fits_empty(self, request: Mapping[str, float], n: int, strategy: str = "PACK") -> None:
         """Raise PlacementError when ``n`` ranks of ``request`` can never fit."""

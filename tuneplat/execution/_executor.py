@@ -3,8 +3,8 @@
 The loop (``tuneplat/core``) speaks to a :class:`TrialExecutor` in trial ids and
 plain messages: reserve room, start a trial from its :class:`TrialSpec`, answer a
 report with a decision, abort; and it reads a stream of events back
-(:class:`Started`, :class:`Reported`, :class:`RankFailed`, :class:`Ended`,
-:class:`Starved`). It never sees a socket, a Dask future or a process.
+(:class:`Started`, :class:`Reported`, :class:`RankFailed`, :class:`Preempted`,
+:class:`Ended`, :class:`Starved`). It never sees a socket, a Dask future or a process.
 
 Two executors ship: the Dask one (``execution/_dask_executor.py``: real worker
 processes, the rank channel, gang placement, chaining) and the virtual-time one
@@ -29,9 +29,12 @@ __all__ = [
     "Event",
     "ExecutorContext",
     "Outcome",
+    "Preempted",
     "RankFailed",
+    "RankStats",
     "Reported",
     "Saved",
+    "StacksCaptured",
     "Started",
     "Starved",
     "TrialExecutor",
@@ -50,6 +53,9 @@ class Outcome(enum.Enum):
     NOT_STARTED = "not_started"
     #: the loop aborted it (time budget, Ctrl-C, fail-fast) and it went
     ABORTED = "aborted"
+    #: an elastic group ended to start again at another size from its latest checkpoint (a host was
+    #: preempted, or workers became free to grow it): placed again at once, not a failure
+    RESIZED = "resized"
 
     def counts_as_attempt(self) -> bool:
         return self is not Outcome.NOT_STARTED
@@ -90,6 +96,11 @@ class ExecutorContext:
     #: the user's trainable before tuneplat wrapped it (the virtual-time executor runs this one)
     raw_trainable: Any = None
     say: Any = None  # callable(str): a line for the user's terminal (the progress reporter)
+    #: an elastic group (``ScalingConfig(num_workers=(min, max))``): its fewest ranks (``world_size`` is the most);
+    #: None for a fixed-size group
+    min_world_size: int | None = None
+    #: elastic groups grow no sooner than this many seconds after they started (None: at any checkpoint)
+    grow_interval_s: float | None = None
     #: the trials' working directory and captured output (``execution._trial_io.TrialIO``; None: as they are)
     trial_io: Any = None
 
@@ -132,6 +143,20 @@ class RankFailed:
 
 
 @dataclass(frozen=True)
+class Preempted:
+    """A worker holding a rank of an elastic group was asked to leave (``retire_workers``, a scale-down, SIGTERM).
+
+    The executor answers the group's next report with "checkpoint now"
+    (``tuneplat.train.should_checkpoint()``), and ends the group (``Ended`` with
+    :attr:`Outcome.RESIZED`) once a checkpoint of a later step is committed.
+    """
+
+    trial_id: str
+    host: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Ended:
     """The trial's group is gone: every rank finished, failed or was lost."""
 
@@ -139,6 +164,10 @@ class Ended:
     outcome: Outcome
     message: str | None = None
     traceback: str | None = None
+    #: the ranks the group had (elastic groups: the loop records the resize at the next start)
+    world_size: int | None = None
+    #: RESIZED because a worker of the group was preempted (counts against ``FailureConfig.max_preemption_failures``)
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,7 +177,29 @@ class Starved:
     message: str
 
 
-Event = Started | Reported | Saved | RankFailed | Ended | Starved
+@dataclass(frozen=True)
+class RankStats:
+    """Fresh system metrics of a running trial's ranks (CPU %, memory, GPU; see ``train/_telemetry.py``).
+
+    ``system`` maps a rank to its metrics (MLflow's names without the ``system/`` prefix).
+    """
+
+    trial_id: str
+    system: dict[int, dict[str, float]]
+    timestamp: float
+
+
+@dataclass(frozen=True)
+class StacksCaptured:
+    """The Python stacks of a trial's ranks were written to ``path`` (a hang, or a user's request)."""
+
+    trial_id: str
+    path: str | None
+    summary: str
+    reason: str
+
+
+Event = Started | Reported | Saved | RankFailed | Preempted | Ended | Starved | RankStats | StacksCaptured
 
 
 class TrialExecutor(abc.ABC):
@@ -166,6 +217,10 @@ class TrialExecutor(abc.ABC):
             request: what each rank of the trial needs (e.g. ``{"CPU": 1, "GPU": 0.5}``); None: the
                 experiment's (``ExecutorContext.request``).
             world_size: ranks of the trial; None: the experiment's (``ExecutorContext.world_size``).
+
+        An elastic group (``ExecutorContext.min_world_size``; the experiment's request and world size) gets
+        as many ranks as fit between its bounds; only its minimum while :meth:`set_waiting` said that other
+        trials wait for room.
         """
 
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
@@ -176,6 +231,11 @@ class TrialExecutor(abc.ABC):
         domains); such a trial fails at once, with the numbers, instead of
         waiting forever. The default accepts everything.
         """
+        return None
+
+    def set_waiting(self, count: int) -> None:
+        """How many trials besides the one being placed wait for room now (the loop says it before each
+        :meth:`reserve`). Elastic groups start at their minimum and do not grow while it is above 0."""
         return None
 
     @abc.abstractmethod
@@ -215,7 +275,7 @@ class TrialExecutor(abc.ABC):
         """Release everything (idempotent; must not raise)."""
 
     def checkpoint_store(self, default: Any = None) -> Any | None:
-        """The :class:`~tuneplat._storage.CheckpointStore` this executor's trials need (None: ``default``).
+        """The :class:`~tuneplat.storage._storage.CheckpointStore` this executor's trials need (None: ``default``).
 
         ``default`` is the store the tuner uses for its storage path (local or remote).
         """

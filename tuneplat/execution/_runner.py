@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import traceback
 import weakref
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any
 
 from .._settings import env_seconds
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
+from . import _stacks
 from ._channel import TokenRefused, connect, connect_local
 from ._trial_io import apply_trial_io
 from ._wire import recv_msg, send_msg
@@ -400,17 +402,23 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
     session = Session(spec, sock, heartbeat.send_lock)
     _set_session(session)
     heartbeat.attach(session)
+    if spec.elastic:
+        _watch_retirement(session)
     store = None
     group_sockets: dict[int, str] = {}
     outcome = "done"
     chainable = may_chain and spec.world_size == 1
     idle = False
     backend, pg_timeout_s = _torch_settings(trainable, spec)
+    _stacks.register(spec.trial_id, spec.rank)
+    _stacks.arm(spec.trial_id, spec.rank, spec.trial_dir)
     try:
         if spec.world_size > 1:
+            session.monitor.state = "rendezvous"
             store, group_sockets = _setup_process_group(session, backend, pg_timeout_s)
         elif spec.gpu_ids:
             _pin_gpu(spec)
+        session.monitor.state = "training"
         with apply_trial_io(spec.trial_io, spec.trial_dir):
             _call(trainable, spec.config)
         chainable = chainable and not _others_wait()
@@ -435,6 +443,8 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             except Exception:  # noqa: BLE001 - the trial's outcome is decided; keep the worker healthy
                 logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
         heartbeat.detach(session)
+        _stacks.unregister(spec.trial_id, spec.rank)
+        _stacks.disarm(spec.trial_id, spec.rank)
         _reset_framework_state()
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)
@@ -448,6 +458,41 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             else:
                 os.environ[k] = v
     return outcome, idle
+
+
+#: how often an elastic group's rank looks whether its Dask worker is closing (a local attribute read)
+RETIRE_POLL_S = env_seconds("TUNEPLAT_RETIRE_POLL_S", 0.1)
+
+
+def _watch_retirement(session: Session) -> None:
+    """Tell the tuner once when this rank's Dask worker starts to close (an elastic group's preemption notice).
+
+    ``client.retire_workers``, a cluster scaling down and SIGTERM to ``dask worker``
+    all set the worker's status to ``closing``; the worker then waits for its
+    running tasks (up to its close timeout) before the process ends, which is
+    the grace in which the group checkpoints (``docs/elastic.md``).
+    """
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):  # not in a Dask worker (a test calling run_rank directly)
+        return
+
+    def watch() -> None:
+        while not session.finished.wait(RETIRE_POLL_S):
+            status = getattr(getattr(worker, "status", None), "name", "")
+            if status in ("closing", "closing_gracefully", "closed"):
+                logger.info("tuneplat: trial %s rank %d: Dask worker %s is %s; telling the tuner",
+                            session.spec.trial_id, session.spec.rank, worker.address, status)
+                try:
+                    session.send(("preempt", f"Dask worker {worker.address} is {status}"))
+                except OSError:
+                    pass
+                return
+
+    threading.Thread(target=watch, daemon=True,
+                     name=f"tuneplat-retire-watch-{session.spec.trial_id}-r{session.spec.rank}").start()
 
 
 def _reset_framework_state() -> None:

@@ -98,6 +98,11 @@ class _Tee:
         return getattr(self._stream, name)
 
 
+def _remove(items: list[str], item: str) -> None:
+    with contextlib.suppress(ValueError):
+        items.remove(item)
+
+
 @contextlib.contextmanager
 def apply_trial_io(io: TrialIO | None, trial_dir: str) -> Iterator[None]:
     """Run the body in the trial folder and with its output captured, as ``io`` says; restore everything after."""
@@ -139,6 +144,10 @@ def apply_trial_io(io: TrialIO | None, trial_dir: str) -> Iterator[None]:
                                trial_dir, exc, os.getcwd())
             else:
                 stack.callback(os.chdir, before)
+                if ("" in sys.path or "." in sys.path) and before not in sys.path:  # imports from the working
+                    # directory keep finding its modules
+                    sys.path.append(before)
+                    stack.callback(_remove, sys.path, before)
                 had = os.environ.get("TUNE_ORIG_WORKING_DIR")
                 os.environ["TUNE_ORIG_WORKING_DIR"] = io.orig_cwd or before
 

@@ -14,9 +14,28 @@ handlers until the worker closes.)
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
 import signal
+import threading
 from typing import Any
+
+#: modules the trainable needs (comma-separated), set by the tuner for the embedded cluster's workers: imported in
+#: the background as each worker starts, so a first trial does not pay for ``import torch`` after it is placed
+IMPORTS_ENV = "TUNEPLAT_WORKER_IMPORTS"
+
+
+def _import_in_background(names: list[str]) -> None:
+    def run() -> None:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a head start only: the trial imports (and reports) for itself
+                logging.getLogger("tuneplat").debug("tuneplat: preloading %s failed", name, exc_info=True)
+
+    # (a task that imports the same module meanwhile waits on Python's import lock: no import runs twice)
+    threading.Thread(target=run, name="tuneplat-preload", daemon=True).start()
 
 
 def _ignore_sigint() -> None:
@@ -44,5 +63,8 @@ class _TlsCloseRace(logging.Filter):
 def dask_setup(worker: Any = None) -> None:
     """Called by distributed in each worker process when it starts."""
     _ignore_sigint()
+    names = [n for n in os.environ.get(IMPORTS_ENV, "").split(",") if n]
+    if names:
+        _import_in_background(names)
     logging.getLogger("distributed").setLevel(logging.WARNING)
     logging.getLogger("distributed.worker").addFilter(_TlsCloseRace())

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .._user_callbacks import Callback
+from ..tracking._user_callbacks import Callback
 
 __all__ = ["CHECKPOINT_PATH_KEY", "TuneReportCallback"]
 

@@ -16,8 +16,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from .._user_callbacks import Callback
-from ._files import FileLoggers
+from ..tracking._files import FileLoggers
+from ..tracking._user_callbacks import Callback
 
 __all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "TBXLoggerCallback", "default_file_loggers"]
 

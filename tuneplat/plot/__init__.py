@@ -120,6 +120,13 @@ def _applies(exp: Experiment, kind: str) -> str | None:
     return None
 
 
+def _remove_stale(out_dir: str, kind: str, fmt: str) -> None:
+    """A kind not drawn this time: its file from an earlier drawing would pass for a current one."""
+    path = os.path.join(out_dir, f"{kind}.{fmt}")
+    if os.path.isfile(path):
+        os.remove(path)
+
+
 def save_plots(source: Any, out_dir: str, kinds: Sequence[str] | str | None = None, *, metric: str | None = None,
                mode: str | None = None, dpi: int = 110, fmt: str = "png") -> SavedPlots:
     """Draw plots of an experiment into ``out_dir`` (``<kind>.png``); return what was written.
@@ -168,6 +175,7 @@ def save_plots(source: Any, out_dir: str, kinds: Sequence[str] | str | None = No
             why = _applies(exp, kind)
             if why:
                 saved.skipped[kind] = why
+                _remove_stale(out_dir, kind, fmt)
                 continue
         try:
             fig = draw[kind]()
@@ -175,6 +183,7 @@ def save_plots(source: Any, out_dir: str, kinds: Sequence[str] | str | None = No
             if explicit:
                 raise
             saved.skipped[kind] = str(exc)
+            _remove_stale(out_dir, kind, fmt)
             continue
         except Exception as exc:  # noqa: BLE001 - drawing every kind: one that breaks must not cost the others
             if explicit:

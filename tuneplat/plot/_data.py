@@ -21,7 +21,7 @@ from ..core._journal import JournalError, read_journal
 from ..search._space import flatten_dict
 
 if TYPE_CHECKING:
-    from .._result import ResultGrid
+    from ..results._result import ResultGrid
 
 __all__ = ["Experiment", "Mark", "PlotError", "TrialRecord", "load_experiment"]
 
@@ -307,7 +307,7 @@ def load_experiment(source: Any) -> Experiment:
 def _local_folder(path: str, *, missing_ok: bool, fs: Any = None) -> str | None:
     """A local folder holding the experiment's journal (a remote experiment is fetched into its cache, with
     ``fs`` or else the filesystem fsspec builds from the URL and its configuration)."""
-    from .._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
+    from ..storage._storage import fetch_experiment, fs_for_url, is_remote, local_cache_for
 
     if is_remote(path):
         try:

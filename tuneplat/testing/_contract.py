@@ -29,15 +29,15 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from .._checkpoint import Checkpoint
 from .._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-from .._journal import read_journal
-from .._trainable import Trainable
 from .._tuner import Tuner
-from .._wrappers import with_parameters
+from ..core._journal import read_journal
 from ..execution._executor import TrialExecutor
 from ..search._domains import grid_search
+from ..storage._checkpoint import Checkpoint
 from ..train._session import get_checkpoint, get_context, report
+from ..trainables._trainable import Trainable
+from ..trainables._wrappers import with_parameters
 
 __all__ = ["Counter", "ExecutorContract", "counting", "experiment_record"]
 

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._restore import load_trials
+from ..core._replay import load_trials
 from ._simulate import SimulationReport, _curve_of, simulate
 
 __all__ = ["Candidate", "Recommendation", "parse_tolerance", "recommend"]

@@ -73,6 +73,8 @@ EXPERIMENT_KIND = "custom_model_development"
 #: ``?viewStateShareKey=<key>`` links); tuneplat stores one that shows the metric and the searched parameters
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 VIEW_KEY = "tuneplat"
+#: the tag the saved view groups runs by: a run of the sweep (its folder), on the parent run and on each trial's run
+GROUP_TAG = "tuneplat.experiment_dir"
 #: run ids as soon as they exist (the journal gets them at the loop's next hook)
 IDS_FILE = "mlflow_runs.jsonl"
 
@@ -389,9 +391,17 @@ class _Uploader:
         return exp.experiment_id
 
     def _run_name(self, client: Any, st: _RunState) -> str:
-        """A new parent run of a sweep that already has one in this MLflow experiment is named ``<name> #N``."""
+        """A new parent run of a sweep that already has one in this MLflow experiment is named ``<name> #N``.
+
+        A re-run in the same folder (the previous run moved to ``<name>.<time>``)
+        keeps the plain name: the previous run's parent is renamed after its new
+        folder, so names match folders.
+        """
         if not st.parent or "'" in st.name:
             return st.name
+        previous = st.create_tags.get("tuneplat.previous_run_dir")
+        if previous and "'" not in previous:
+            self._rename_previous(client, st, previous)
         try:
             runs = client.search_runs([self.experiment_id], filter_string="tags.`tuneplat.kind` = 'experiment' and "
                                       f"tags.`tuneplat.experiment` = '{st.create_tags.get('tuneplat.experiment')}'",
@@ -404,6 +414,25 @@ class _Uploader:
         numbers = [int(m.group(1) or 1) for r in runs
                    if (m := pattern.fullmatch(r.data.tags.get("mlflow.runName", r.info.run_name or "")))]
         return f"{st.name} #{max(numbers) + 1}" if numbers else st.name
+
+    def _rename_previous(self, client: Any, st: _RunState, previous: str) -> None:
+        """The parent runs of this folder's earlier run take the name and path of the folder it moved to."""
+        here = st.create_tags.get("tuneplat.experiment_dir", "")
+        if "'" in here:
+            return
+        try:
+            runs = client.search_runs([self.experiment_id], filter_string="tags.`tuneplat.kind` = 'experiment' and "
+                                      f"tags.`tuneplat.experiment_dir` = '{here}'", max_results=1000)
+            for r in runs:
+                client.set_tag(r.info.run_id, "mlflow.runName", os.path.basename(previous))
+                client.set_tag(r.info.run_id, GROUP_TAG, previous)
+                children = client.search_runs([self.experiment_id], max_results=5000,
+                                              filter_string=f"tags.`mlflow.parentRunId` = '{r.info.run_id}'")
+                for child in children:  # they stay in their run's group
+                    client.set_tag(child.info.run_id, GROUP_TAG, previous)
+        except Exception as exc:  # noqa: BLE001 - a name only
+            if not self._permanent(exc):
+                raise
 
     def _create(self, client: Any, st: _RunState) -> None:
         if st.resume_id:
@@ -1034,8 +1063,11 @@ def experiment_tags(metric: Any, mode: Any, param_space: dict[str, Any]) -> dict
     """The MLflow experiment's tags: its kind (classic view) and a saved view of the runs table.
 
     The saved view shows the metric(s) and the searched parameters as columns,
-    sorted by the (first) metric; open it with ``?viewStateShareKey=tuneplat``
-    or from the UI's saved views menu.
+    with the runs grouped by the sweep's run (its folder): one expanded group per
+    run of the sweep holding the parent run and its trials, the group's row showing
+    the best value of the (first) metric. Open it with ``?viewStateShareKey=tuneplat``
+    or from the UI's saved views menu. (Not sorted by the metric: MLflow nests
+    child runs only in its date order, and a sort would scatter the groups' rows.)
 
     Example:
         >>> sorted(experiment_tags("loss", "min", {"lr": 0.1}))
@@ -1046,9 +1078,18 @@ def experiment_tags(metric: Any, mode: Any, param_space: dict[str, Any]) -> dict
     columns = [f"metrics.`{_key(m)}`" for m in metrics]
     columns += [f"params.`{_key(k)}`" for k in list(_flatten(param_space))[:20]]
     columns += ["tags.`tuneplat.status`"]
-    state: dict[str, Any] = {"selectedColumns": columns, "hideEmptyCharts": True}
-    if metrics:
-        state.update(orderByKey=f"metrics.`{_key(metrics[0])}`", orderByAsc=modes[0] != "max")
+    # widths for whole values (MLflow applies widths only to the columns listed in columnOrder)
+    widths = {c: 170 for c in columns if c.startswith("metrics.")}
+    flat = _flatten(param_space)
+    for key, value in list(flat.items())[:20]:
+        widths[f"params.`{_key(key)}`"] = 110 if isinstance(value, (bool, int, str)) and len(str(value)) < 10 else 170
+    state: dict[str, Any] = {
+        "selectedColumns": columns, "hideEmptyCharts": True,
+        "groupBy": {"aggregateFunction": "max" if modes and modes[0] == "max" else "min",
+                    "groupByKeys": [{"mode": "tag", "groupByData": GROUP_TAG}]},
+        "columnOrder": ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *columns],
+        "columnWidths": widths,
+    }
     now = int(time.time() * 1000)
     view = {"name": "tuneplat: metric and parameters", "createdAt": now, "updatedAt": now,
             "state": json.dumps(state)}
@@ -1092,6 +1133,7 @@ class MLflowCallback(Callback):
         self.experiment_id: str | None = None  # the MLflow experiment's id, once the uploader made or found it
         self.unlogged: dict[str, int] = {}
         self._superseded: set[str] = set()
+        self._system_steps: dict[tuple[str, int], int] = {}  # (trial, rank) -> last system-metrics step
         self._added = 0  # trials sent to the uploader, and runs it confirmed: the mirror's backlog
         self._created = 0
         self._first_add: float | None = None
@@ -1131,7 +1173,8 @@ class MLflowCallback(Callback):
             "start_time": int(time.time() * 1000),
             "params": params,
             "tags": {"tuneplat.kind": "trial", "tuneplat.trial_id": trial.trial_id, "tuneplat.trial_dir": trial.path,
-                     "tuneplat.experiment": ctrl.experiment_name, "tuneplat.status": str(trial.status)},
+                     "tuneplat.experiment": ctrl.experiment_name, "tuneplat.status": str(trial.status),
+                     GROUP_TAG: ctrl.experiment_dir},
         }
         if resume:
             spec["resume_id"] = trial.mlflow_run_id
@@ -1190,7 +1233,9 @@ class MLflowCallback(Callback):
         params = {
             "metric": _param_value(ctrl.metric), "mode": _param_value(ctrl.mode),
             "num_samples": str(ctrl.tc.num_samples), "searcher": type(ctrl.searcher).__name__,
-            "scheduler": type(ctrl.scheduler).__name__, "scaling/num_workers": str(ctrl.world_size),
+            "scheduler": type(ctrl.scheduler).__name__,
+            "scaling/num_workers": (str(ctrl.world_size) if getattr(ctrl, "min_world_size", None) is None
+                                    else f"({ctrl.min_world_size}, {ctrl.world_size})"),
             "scaling/resources_per_worker": _param_value(dict(ctrl.request)),
             "max_concurrent_trials": str(ctrl.tc.max_concurrent_trials),
         }
@@ -1198,6 +1243,9 @@ class MLflowCallback(Callback):
         params.update({_key(f"space/{k}"): _param_value(v) for k, v in _flatten(ctrl.param_space).items()})
         tags = {"tuneplat.kind": "experiment", "tuneplat.experiment_dir": ctrl.experiment_dir,
                 "tuneplat.experiment": ctrl.experiment_name}
+        previous = getattr(ctrl, "previous_run_dir", None)
+        if previous:  # a re-run: the previous run's parent is renamed after the folder it moved to
+            tags["tuneplat.previous_run_dir"] = previous
         tags.update({str(k): str(v) for k, v in (cfg.tags or {}).items()})
         self._put("run", PARENT, {"name": ctrl.experiment_name, "params": params, "tags": tags,
                                   "resume_id": parent_resume, "start_time": int(time.time() * 1000)})
@@ -1233,6 +1281,15 @@ class MLflowCallback(Callback):
         if trial.attempts > 1 or ctrl.resume:
             self._put("running", trial.trial_id)
         self._put("tags", trial.trial_id, {"tuneplat.status": "RUNNING", "tuneplat.attempt": str(trial.attempts - 1)})
+        if getattr(ctrl, "min_world_size", None) is not None and trial.world_size:  # an elastic group: size over time
+            step = trial.world_sizes[-1][0] if trial.world_sizes else trial.iteration
+            self._put("metrics", trial.trial_id, [("tuneplat/world_size", float(trial.world_size), int(time.time() * 1000),
+                                                   int(step))])
+            self._put("tags", trial.trial_id, {"tuneplat.world_size": str(trial.world_size)})
+
+    def on_trial_resize(self, ctrl: Any, trial: Any, old: int, new: int, reason: str) -> None:
+        self._put("tags", trial.trial_id, {"tuneplat.resizes": str(len(trial.world_sizes) - 1),
+                                           "tuneplat.last_resize": f"from {old} to {new} ranks: {reason}"[:5000]})
 
     def on_trial_result(self, ctrl: Any, trial: Any, result: dict[str, Any]) -> None:
         self._drain_created(ctrl)
@@ -1283,6 +1340,27 @@ class MLflowCallback(Callback):
                 self._put("artifact", tid, ("dir", _artifact_source(ckpt), f"checkpoints/{os.path.basename(ckpt.path)}"))
         self._put("end", tid, _status_for(trial), int(time.time() * 1000))
 
+    def on_system_metrics(self, ctrl: Any, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
+        """Each rank's CPU, memory and GPU samples as MLflow system metrics (``system/rank_<r>/<name>``)."""
+        rows: list[tuple[str, float, int, int]] = []
+        for rank, metrics in ranks.items():
+            step = self._system_steps[(trial.trial_id, rank)] = self._system_steps.get((trial.trial_id, rank), -1) + 1
+            rows.extend((f"system/rank_{rank}/{k}", float(v), int(timestamp * 1000), step)
+                        for k, v in metrics.items() if isinstance(v, (int, float)))
+        if rows:
+            self._put("metrics", trial.trial_id, rows)
+
+    def on_stacks(self, ctrl: Any, trial: Any, path: str | None, summary: str, reason: str) -> None:
+        """Captured stacks of the trial's ranks: an artifact under ``stacks/`` and a tag with the summary."""
+        self._put("tags", trial.trial_id, {"tuneplat.last_stacks": f"{reason}: {summary}"[:4000]})
+        if path:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                return
+            self._put("artifact", trial.trial_id, ("text", text, f"stacks/{os.path.basename(path)}"))
+
     def _relog_last(self, trial: Any) -> None:
         """After a retry, make the run's latest metric values those of the trial's last result."""
         last = trial.last_result
@@ -1330,7 +1408,7 @@ class MLflowCallback(Callback):
     def _best(self, ctrl: Any) -> Any:
         if not isinstance(ctrl.metric, str) or ctrl.mode not in ("min", "max"):
             return None
-        from .._result import ResultGrid
+        from ..results._result import ResultGrid
 
         grid = ResultGrid.from_trials(ctrl.trials, ctrl.metric, ctrl.mode, ctrl.experiment_dir)
         try:

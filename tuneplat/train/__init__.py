@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .._checkpoint import Checkpoint
 from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from .._result import Result
+from ..results._result import Result
+from ..storage._checkpoint import Checkpoint
 from ._session import (
     CheckpointUploadMode,
     PreemptionInfo,
@@ -14,6 +14,7 @@ from ._session import (
     get_context,
     get_preemption_info,
     report,
+    should_checkpoint,
 )
 from ._trainer import DataParallelTrainer, TorchTrainer, TrainingFailedError
 from .data import DataConfig, DataIterator, get_dataset_shard
@@ -48,4 +49,5 @@ __all__ = [
     "get_dataset_shard",
     "get_preemption_info",
     "report",
+    "should_checkpoint",
 ]

@@ -5,14 +5,16 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._checkpoint import Checkpoint
-from .._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 from ..execution._wire import recv_msg, send_msg
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
+from ._telemetry import RankMonitor
 
 __all__ = [
     "CheckpointUploadMode",
@@ -25,6 +27,7 @@ __all__ = [
     "get_context",
     "get_preemption_info",
     "report",
+    "should_checkpoint",
 ]
 
 
@@ -77,9 +80,12 @@ class RankSpec:
     abort_grace_s: float = 15.0  # after the tuner aborted the group, how long user code may take to unwind
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
+    system_metrics_s: float = 5.0  # how often the rank samples CPU/memory/GPU (0: never); see train/_telemetry.py
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
     tuner_local: str | None = None  # the tuner's local socket (same host): see execution._channel.Listener
+    elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
+    rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
 
 
 class TrainContext:
@@ -128,6 +134,47 @@ class TrainContext:
         return self._spec.attempt if self._spec else 0
 
 
+def gpu_memory() -> dict[str, int]:
+    """This process's GPU memory, when it uses CUDA through torch: ``{}`` otherwise (nothing is imported).
+
+    ``gpu_memory_peak_bytes``: ``torch.cuda.max_memory_allocated()`` of the current device (the peak of torch's
+    allocator since the process started or the peak was reset); ``gpu_memory_process_bytes``: what the driver
+    says this process holds on its devices (NVML, when ``pynvml``/``nvidia-ml-py`` is installed), which includes
+    the CUDA context and cuBLAS/cuDNN workspaces.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    try:
+        if not torch.cuda.is_initialized():
+            return {}
+        out = {"gpu_memory_peak_bytes": int(torch.cuda.max_memory_allocated())}
+    except Exception:  # noqa: BLE001 - memory figures must never fail a report
+        return {}
+    held = _nvml_process_bytes()
+    if held is not None:
+        out["gpu_memory_process_bytes"] = held
+    return out
+
+
+def _nvml_process_bytes() -> int | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        pid, total = os.getpid(), 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory:
+                    total += int(proc.usedGpuMemory)
+        return total
+    except Exception:  # noqa: BLE001 - no driver access (a container): leave it out
+        return None
+
+
 def _plain(value: Any) -> Any:
     """Metric values as plain Python (numpy scalars and 0-d tensors → float/int)."""
     if isinstance(value, (bool, int, float, str)) or value is None:
@@ -162,8 +209,10 @@ class Session:
         self.send_lock = send_lock or threading.Lock()  # shared by every sender on this connection
         self.finished = threading.Event()
         self.save_requested = False  # the last report's answer asked for a checkpoint of that step
+        self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
+        self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
 
     def send(self, msg: Any) -> None:
         with self.send_lock:
@@ -212,15 +261,23 @@ class Session:
                 pid=self.pid,
                 hostname=self.hostname,
             )
+            result.update(gpu_memory())
         self.last_report_time = now
+        self.monitor.on_report(metrics)
+        self.monitor.state = "reporting"  # waiting for the tuner's decision (every rank of the group reports)
         try:
             reply = self.ask(("report", self.iteration, result, staged))
         except (ConnectionError, OSError) as exc:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
+        self.monitor.state = "training"
         kind = reply[0]
         if kind == "decision":
             # the tuner asks for a checkpoint of this step (a callback set result["should_checkpoint"])
             self.save_requested = len(reply) > 2 and bool(reply[2])
+            notice = reply[3] if len(reply) > 3 else None  # a worker of the group is leaving: checkpoint now
+            self.checkpoint_requested = bool(notice)
+            if isinstance(notice, dict):
+                self.preemption = PreemptionInfo(list(notice.get("ranks", [])), None, str(notice.get("reason", "")))
             if reply[1] != "CONTINUE":
                 self.stopped = True
                 raise StopTrial()
@@ -347,7 +404,11 @@ class Heartbeat:
                 if self._session is not session or session.finished.is_set():
                     continue
             try:
-                session.send(("ping",))
+                try:
+                    stats = session.monitor.snapshot()
+                except Exception:  # noqa: BLE001 - a ping without stats still says the rank is alive
+                    stats = None
+                session.send(("ping", stats) if stats is not None else ("ping",))
             except OSError:
                 if not session.finished.wait(session.spec.abort_grace_s):
                     os._exit(70)
@@ -476,6 +537,30 @@ def report(metrics: dict[str, Any] | None = None, checkpoint: Checkpoint | None 
     if metrics is None:
         raise TypeError("report() takes a dict of metrics: tune.report({'loss': ...}).")
     session.report(metrics, checkpoint)
+
+
+def should_checkpoint() -> bool:
+    """Whether the trial should pass a checkpoint to its next ``report()``: a worker of its group is leaving.
+
+    True after a ``report()`` whose answer said "checkpoint now": a Dask worker
+    holding a rank of this elastic group (``ScalingConfig(num_workers=(min, max))``)
+    was asked to leave (``client.retire_workers``, a cluster scaling down, SIGTERM to
+    ``dask worker``). Every rank sees the same value (it comes with the answer to
+    the collective ``report()``). The group's next ``report(..., checkpoint=...)``
+    is committed, then the group starts again from it without the leaving worker,
+    so no step is lost. It stays False for fixed-size groups. Ray Train V2's way
+    to ask the same is :func:`get_preemption_info` (not None from the same
+    report on, with the leaving ranks); see ``docs/elastic.md``.
+
+    Example:
+        >>> for epoch in range(start, epochs):  # doctest: +SKIP
+        ...     loss = train_one_epoch(model)
+        ...     ckpt = None
+        ...     if epoch % 10 == 9 or tuneplat.train.should_checkpoint():
+        ...         ckpt = save(model, epoch)
+        ...     tuneplat.train.report({"loss": loss}, checkpoint=ckpt)
+    """
+    return _get_session("should_checkpoint").checkpoint_requested
 
 
 def get_checkpoint() -> Checkpoint | None:

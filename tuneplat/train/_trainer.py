@@ -63,7 +63,7 @@ def _earlier_run(run_config: RunConfig) -> str | None:
     """
     import os
 
-    from .._storage import resolve_storage_path
+    from ..storage._storage import resolve_storage_path
 
     storage = run_config.storage_path
     if not run_config.name or (storage is not None and "://" in str(storage) and not str(storage).startswith("file:")):
@@ -131,7 +131,7 @@ class DataParallelTrainer(ConvertibleTrainer):
                                 f"{type(dataset_config).__name__}")
             self.dataset_config = dataset_config
             if datasets is not None:
-                self._sources = as_sources(datasets, int(self.scaling_config.num_workers or 1))
+                self._sources = as_sources(datasets, self.scaling_config.max_workers)
                 self.datasets = dict(datasets)
                 self._dataset_names = list(self._sources)
                 dataset_config.check_names(self._dataset_names)
@@ -179,6 +179,7 @@ class DataParallelTrainer(ConvertibleTrainer):
                 pass
         tuner._caller = f"{self._name}.fit()"
         tuner._chdir_to_trial_dir = False  # Ray Train V2: a Trainer's workers keep their working directory
+        tuner._auto_file_loggers = current_session() is None  # inside a trial: the trial's files are the record
         result = tuner.fit()[0]
         if result.error is not None:
             raise TrainingFailedError(f"Training failed: {result.error}") from result.error
@@ -222,7 +223,7 @@ class DataParallelTrainer(ConvertibleTrainer):
 
         import cloudpickle
 
-        from .._storage import resolve_storage_path
+        from ..storage._storage import resolve_storage_path
 
         folder = resolve_storage_path(path)
         saved: DataParallelTrainer | None = None

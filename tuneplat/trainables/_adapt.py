@@ -11,10 +11,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .._function import ReportsReturn
-from .._trainable import Trainable, TrainableFunction
-from .._wrappers import ParameterizedTrainable
 from ._base import ConvertibleTrainer, TrainerParts
+from ._function import ReportsReturn
+from ._trainable import Trainable, TrainableFunction
+from ._wrappers import ParameterizedTrainable
 
 __all__ = ["ConvertibleTrainer", "TrainerParts", "for_run", "function_of", "report_returns"]
 

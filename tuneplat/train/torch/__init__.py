@@ -27,7 +27,7 @@ Importing this module imports torch; ``import tuneplat`` alone does not.
 
 from __future__ import annotations
 
-from ..._checkpoint import load_torch
+from ...storage._checkpoint import load_torch
 from .._trainer import TorchTrainer
 from ._torch import (
     TorchConfig,

@@ -11,7 +11,7 @@ from typing import Any
 import transformers.trainer
 from transformers.trainer_callback import TrainerCallback
 
-from ...._checkpoint import Checkpoint
+from ....storage._checkpoint import Checkpoint
 from ... import _session as _sessions
 
 __all__ = ["CHECKPOINT_NAME", "RayTrainReportCallback"]
@@ -48,6 +48,12 @@ class RayTrainReportCallback(TrainerCallback):
     """
 
     CHECKPOINT_NAME = CHECKPOINT_NAME
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Count the optimizer step for the rank's steps/s and samples/s (``tuneplat status --workers``)."""
+        session = _sessions.current_session()
+        if session is not None:
+            session.monitor.on_batch(int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps))
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """After the Trainer saved a checkpoint: report the latest metrics with a copy of it."""

@@ -8,16 +8,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._checkpoint import Checkpoint
-from ._storage import rjoin
-from .core._trial import Trial, TrialStatus
-from .search._space import flatten_dict
+from ..core._trial import Trial, TrialStatus
+from ..search._space import flatten_dict
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import rjoin
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from .plot import SavedPlots
+    from ..plot import SavedPlots
 
 __all__ = ["Result", "ResultGrid", "TrialError"]
 
@@ -79,14 +79,14 @@ class Result:
         """
         import json
 
-        from ._storage import list_checkpoints
+        from ..storage._storage import list_checkpoints
 
         folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"{folder} is not a trial folder (Result.from_path takes storage_path/name/trial).")
         experiment = os.path.dirname(folder)
         if os.path.isfile(os.path.join(experiment, "journal.jsonl")):
-            from .core._replay import load_trials
+            from ..core._replay import load_trials
 
             trials, meta = load_trials(experiment)
             mine = [t for t in trials if os.path.abspath(t.path) == folder]
@@ -316,7 +316,7 @@ class ResultGrid(Sequence[Result]):
         return metrics, modes
 
     def _pareto_indices(self, metrics: list[str], modes: list[str], scope: str = "last") -> list[int]:
-        from .search._pareto import pareto_front
+        from ..search._pareto import pareto_front
 
         rows: list[list[float] | None] = []
         for r in self._results:
@@ -372,55 +372,55 @@ class ResultGrid(Sequence[Result]):
             >>> fig = results.plot_learning_curves("loss")  # doctest: +SKIP
             >>> fig.savefig("curves.png")  # doctest: +SKIP
         """
-        from .plot import plot_learning_curves
+        from ..plot import plot_learning_curves
 
         return plot_learning_curves(self, metric, **kwargs)
 
     def plot_optimization_history(self, metric: str | None = None, mode: str | None = None, **kwargs: Any) -> Figure:
         """Trial values in creation order and the best so far (:func:`tuneplat.plot.plot_optimization_history`)."""
-        from .plot import plot_optimization_history
+        from ..plot import plot_optimization_history
 
         return plot_optimization_history(self, metric, mode, **kwargs)
 
     def plot_param_importances(self, metric: str | None = None, mode: str | None = None, **kwargs: Any) -> Figure:
         """fANOVA importance of each varying config key (:func:`tuneplat.plot.plot_param_importances`)."""
-        from .plot import plot_param_importances
+        from ..plot import plot_param_importances
 
         return plot_param_importances(self, metric, mode, **kwargs)
 
     def plot_parallel_coordinates(self, metric: str | None = None, mode: str | None = None, **kwargs: Any) -> Figure:
         """One polyline per trial through its config and final metric
         (:func:`tuneplat.plot.plot_parallel_coordinates`)."""
-        from .plot import plot_parallel_coordinates
+        from ..plot import plot_parallel_coordinates
 
         return plot_parallel_coordinates(self, metric, mode, **kwargs)
 
     def plot_intermediate_values(self, metric: str | None = None) -> Figure:
         """Reports colored by outcome: complete, pruned, failed (:func:`tuneplat.plot.plot_intermediate_values`)."""
-        from .plot import plot_intermediate_values
+        from ..plot import plot_intermediate_values
 
         return plot_intermediate_values(self, metric)
 
     def plot_pbt_lineage(self, metric: str | None = None, **kwargs: Any) -> Figure:
         """Which trial cloned which, when, into what config (:func:`tuneplat.plot.plot_pbt_lineage`)."""
-        from .plot import plot_pbt_lineage
+        from ..plot import plot_pbt_lineage
 
         return plot_pbt_lineage(self, metric, **kwargs)
 
     def plot_timeline(self) -> Figure:
         """When each trial ran and the scheduler's decisions (:func:`tuneplat.plot.plot_timeline`)."""
-        from .plot import plot_timeline
+        from ..plot import plot_timeline
 
         return plot_timeline(self)
 
     def plot_pareto_front(self, metrics: Sequence[str] | None = None, modes: Sequence[str] | None = None) -> Figure:
         """Multi-objective sweeps: the non-dominated trials (:func:`tuneplat.plot.plot_pareto_front`)."""
-        from .plot import plot_pareto_front
+        from ..plot import plot_pareto_front
 
         return plot_pareto_front(self, metrics, modes)
 
     def save_plots(self, out_dir: str, kinds: Sequence[str] | str | None = None, **kwargs: Any) -> SavedPlots:
         """Write every plot that applies (or ``kinds``) as PNGs into ``out_dir`` (:func:`tuneplat.plot.save_plots`)."""
-        from .plot import save_plots
+        from ..plot import save_plots
 
         return save_plots(self, out_dir, kinds, **kwargs)

@@ -30,10 +30,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ._redact import redact, strip_credentials
-from ._settings import env_str
-from .core._trial import Trial, TrialStatus
-from .search._space import flatten_dict
+from .._redact import redact, strip_credentials
+from .._settings import env_str
+from ..core._trial import Trial, TrialStatus
+from ..search._space import flatten_dict
 
 __all__ = ["ProgressReporter", "mlflow_ui_hint", "resume_hint", "status_words"]
 
@@ -180,7 +180,10 @@ class ProgressReporter:
         loop = self._loop
         if loop is None:
             return 0, None
-        busy = len(loop.running) * max(1, int(getattr(loop, "world_size", 1) or 1))
+        if getattr(loop, "min_world_size", None) is not None:  # elastic groups: the ranks each one has now
+            busy = sum(int(loop.by_id[tid].world_size or 0) for tid in loop.running if tid in loop.by_id)
+        else:
+            busy = len(loop.running) * max(1, int(getattr(loop, "world_size", 1) or 1))
         ex = loop.executor
         ledger = getattr(ex, "ledger", None)
         total = len(ledger.slots) if ledger is not None and hasattr(ledger, "slots") else None
@@ -309,6 +312,14 @@ class ProgressReporter:
         return {"counts": counts, "done": done, "total": total, "elapsed": elapsed,
                 "eta": self._eta(done, total, elapsed), "busy": busy, "slots": slots, "best": self.best(trials)}
 
+    def _starting_text(self, trials: Sequence[Trial]) -> str:
+        """While trials run but none has reported yet: what the wait is (worker processes importing, data loading)."""
+        if not trials or any(t.results for t in trials) or not any(t.status == TrialStatus.RUNNING for t in trials):
+            return ""
+        heavy = getattr(getattr(self._loop, "executor", None), "heavy_imports", None) or []
+        what = f"importing {', '.join(heavy)}" if heavy else "imports"
+        return f"first trials starting ({what}, data loading) — no report yet"
+
     def _best_text(self, best: Trial | None) -> str:
         if best is None:
             return f"best {self.metric}: -" if self.metric else ""
@@ -326,6 +337,9 @@ class ProgressReporter:
         line = f"tuneplat [{_clock(n['elapsed'])}] " + ", ".join(parts)
         if n["eta"] is not None:
             line += f" | ETA ~{_clock(n['eta'])}"
+        starting = self._starting_text(trials)
+        if starting:
+            line += f" | {starting}"
         best = self._best_text(n["best"])
         if best:
             line += f" | {best}"
@@ -349,6 +363,9 @@ class ProgressReporter:
         score = math.inf if not math.isfinite(f) else (f if self.mode != "max" else -f)
         return (_ORDER[t.status], score, t.trial_id)
 
+    def _elastic(self) -> bool:
+        return getattr(self._loop, "min_world_size", None) is not None
+
     def table(self, trials: Sequence[Trial]) -> str:
         """The plain trials table (notes whole, as the last column)."""
         counts = self._counts(trials)
@@ -357,11 +374,13 @@ class ProgressReporter:
         head += f" | {elapsed:.1f}s elapsed =="
         shown = self._shown(trials)
         keys = self._columns(shown)
-        cols = ["trial", "status", "iter"] + ([self.metric] if self.metric else []) + keys + ["note"]
+        elastic = self._elastic()
+        cols = (["trial", "status", "iter"] + (["ranks"] if elastic else []) + ([self.metric] if self.metric else [])
+                + keys + ["note"])
         rows = []
         for t in shown:
             flat = flatten_dict(t.config)
-            row = [_shown_name(t), str(t.status), str(t.iteration)]
+            row = [_shown_name(t), str(t.status), str(t.iteration)] + ([str(t.world_size or "-")] if elastic else [])
             if self.metric:
                 row.append(_fmt(t.last_result.get(self.metric, "")))
             row += [_fmt(flat.get(k, "")) for k in keys]
@@ -397,6 +416,9 @@ class ProgressReporter:
         head.add_row(Text(f"{n['done']}/{total if total else '?'} trials", style="bold"), bar,
                      Text(f"{counts}  {timing}" if counts else timing))
         lines: list[Any] = [head]
+        starting = self._starting_text(trials)
+        if starting:
+            lines.append(Text(starting, style="yellow"))
         best = self._best_text(n["best"])
         if best:
             lines.append(Text(best, style="bold green" if n["best"] is not None else "dim"))
@@ -409,6 +431,9 @@ class ProgressReporter:
             table.add_column("trial", no_wrap=True)
             table.add_column("status", no_wrap=True)
             table.add_column("iter", justify="right", no_wrap=True)
+            elastic = self._elastic()
+            if elastic:  # elastic groups: the ranks each trial has now (resizes show in the events below)
+                table.add_column("ranks", justify="right", no_wrap=True)
             if self.metric:
                 table.add_column(str(self.metric), justify="right", no_wrap=True)
             for k in keys:
@@ -418,6 +443,8 @@ class ProgressReporter:
                 flat = flatten_dict(t.config)
                 row: list[Any] = [_shown_name(t), Text(str(t.status), style=_STYLE.get(str(t.status), "")),
                                   str(t.iteration)]
+                if elastic:
+                    row.append(str(t.world_size or "-"))
                 if self.metric:
                     row.append(_fmt(t.last_result.get(self.metric, "")))
                 row += [_fmt(flat.get(k, "")) for k in keys]
@@ -427,12 +454,38 @@ class ProgressReporter:
             if len(trials) > len(shown):
                 lines.append(Text(f"... {len(trials) - len(shown)} more trials (tuneplat status lists them all)",
                                   style="dim"))
+        ranks = self._rank_rows()
+        if ranks:
+            from ..execution._observe import WORKER_COLUMNS
+
+            rt = Table(box=None, pad_edge=False, header_style="bold dim", expand=False, title="ranks",
+                       title_justify="left", title_style="bold")
+            for col in WORKER_COLUMNS:
+                rt.add_column(col, no_wrap=True)
+            for r in ranks[:16]:
+                rt.add_row(*r)
+            lines.append(rt)
+            if len(ranks) > 16:
+                lines.append(Text(f"... {len(ranks) - 16} more ranks (tuneplat status EXP --workers)", style="dim"))
         if self.events:
             lines.append(Panel(Text("\n".join(self.events)), title="last events", title_align="left",
                                border_style="dim", expand=True))
         name = getattr(self._loop, "experiment_name", None)
         return Panel(Group(*lines), title=f"tuneplat: {name}" if name else "tuneplat", title_align="left",
                      border_style="blue")
+
+    def _rank_rows(self) -> list[list[str]]:
+        """One row per rank of the running trials (the executor's per-rank view; none in virtual time)."""
+        rows_of = getattr(getattr(self._loop, "executor", None), "running_rows", None)
+        if rows_of is None:
+            return []
+        try:
+            from ..execution._observe import worker_rows
+
+            return worker_rows({"running": rows_of()}, finished=False)
+        except Exception:  # noqa: BLE001 - the view must never end the experiment
+            logger.debug("tuneplat: rank rows failed", exc_info=True)
+            return []
 
     def _refresh_live(self, trials: Sequence[Trial]) -> None:
         if self._live is None:

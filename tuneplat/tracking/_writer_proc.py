@@ -1,4 +1,4 @@
-"""The process that writes ``progress.csv`` and TensorBoard files for :class:`~tuneplat.logger._files.FileLoggers`.
+"""The process that writes ``progress.csv`` and TensorBoard files for :class:`~tuneplat.tracking._files.FileLoggers`.
 
 Run as a script (``python _writer_proc.py CSV TB``) with the standard library only, so
 that it starts in milliseconds. It reads JSON lines on stdin from the tuner:

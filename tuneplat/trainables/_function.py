@@ -15,14 +15,14 @@ from collections.abc import Callable, Mapping
 from numbers import Number
 from typing import Any
 
-from .result import DEFAULT_METRIC
+from ..result import DEFAULT_METRIC
 
 __all__ = ["DEFAULT_METRIC", "ReportsReturn"]
 
 
 
 def _report_output(output: Any) -> None:
-    from .train._session import report
+    from ..train._session import report
 
     if output is None or output is False or (isinstance(output, (Mapping, Number)) and not output):
         return  # Ray ignores a falsy return value (None, {}, 0)

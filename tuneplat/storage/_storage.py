@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
-from ._settings import env_seconds, env_str
+from .._settings import env_seconds, env_str
 
 __all__ = [
     "CheckpointStore",

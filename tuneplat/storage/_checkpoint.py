@@ -2,7 +2,7 @@
 
 ``report(metrics, checkpoint=Checkpoint.from_directory(d))`` copies ``d``'s
 files into the trial folder before ``report`` returns (see
-:mod:`tuneplat._storage` for the crash-safety protocol).
+:mod:`tuneplat.storage._storage` for the crash-safety protocol).
 """
 
 from __future__ import annotations

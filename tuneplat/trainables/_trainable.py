@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ._checkpoint import Checkpoint
+from ..storage._checkpoint import Checkpoint
 
 __all__ = ["Trainable", "TrainableFunction"]
 
@@ -44,7 +44,7 @@ _META_KEY = "trainable"
 
 
 def _current_session() -> Any:
-    from .train._session import _get_session
+    from ..train._session import _get_session
 
     try:
         return _get_session("Trainable")
@@ -311,7 +311,7 @@ class TrainableFunction:
         return self.checkpoint_every_step and _overrides(type(trainable), "save_checkpoint")
 
     def __call__(self, config: dict[str, Any], **parameters: Any) -> None:
-        from .train._session import _get_session
+        from ..train._session import _get_session
 
         session = _get_session("Trainable")
         cls = self.cls
@@ -340,7 +340,7 @@ class TrainableFunction:
             trainable.restore(session.checkpoint)
             # training_iteration counts the trial's own reports (a PBT clone's metadata has the source's)
             trainable._iteration = session.iteration
-        from .train._session import StopTrial
+        from ..train._session import StopTrial
 
         while True:
             result = trainable.train()

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .core._callbacks import ControllerCallback
-from .core._trial import TrialStatus
+from ..core._callbacks import ControllerCallback
+from ..core._trial import TrialStatus
 
 __all__ = ["Callback", "adapt_callbacks"]
 
