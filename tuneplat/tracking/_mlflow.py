@@ -1283,7 +1283,7 @@ class MLflowCallback(Callback):
         self._put("tags", trial.trial_id, {"tuneplat.status": "RUNNING", "tuneplat.attempt": str(trial.attempts - 1)})
         if getattr(ctrl, "min_world_size", None) is not None and trial.world_size:  # an elastic group: size over time
             step = trial.world_sizes[-1][0] if trial.world_sizes else trial.iteration
-            self._put("metrics", trial.trial_id, [("world_size", float(trial.world_size), int(time.time() * 1000),
+            self._put("metrics", trial.trial_id, [("tuneplat/world_size", float(trial.world_size), int(time.time() * 1000),
                                                    int(step))])
             self._put("tags", trial.trial_id, {"tuneplat.world_size": str(trial.world_size)})
 

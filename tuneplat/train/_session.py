@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -132,6 +133,47 @@ class TrainContext:
         return self._spec.attempt if self._spec else 0
 
 
+def gpu_memory() -> dict[str, int]:
+    """This process's GPU memory, when it uses CUDA through torch: ``{}`` otherwise (nothing is imported).
+
+    ``gpu_memory_peak_bytes``: ``torch.cuda.max_memory_allocated()`` of the current device (the peak of torch's
+    allocator since the process started or the peak was reset); ``gpu_memory_process_bytes``: what the driver
+    says this process holds on its devices (NVML, when ``pynvml``/``nvidia-ml-py`` is installed), which includes
+    the CUDA context and cuBLAS/cuDNN workspaces.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    try:
+        if not torch.cuda.is_initialized():
+            return {}
+        out = {"gpu_memory_peak_bytes": int(torch.cuda.max_memory_allocated())}
+    except Exception:  # noqa: BLE001 - memory figures must never fail a report
+        return {}
+    held = _nvml_process_bytes()
+    if held is not None:
+        out["gpu_memory_process_bytes"] = held
+    return out
+
+
+def _nvml_process_bytes() -> int | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        pid, total = os.getpid(), 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory:
+                    total += int(proc.usedGpuMemory)
+        return total
+    except Exception:  # noqa: BLE001 - no driver access (a container): leave it out
+        return None
+
+
 def _plain(value: Any) -> Any:
     """Metric values as plain Python (numpy scalars and 0-d tensors → float/int)."""
     if isinstance(value, (bool, int, float, str)) or value is None:
@@ -218,6 +260,7 @@ class Session:
                 pid=self.pid,
                 hostname=self.hostname,
             )
+            result.update(gpu_memory())
         self.last_report_time = now
         self.monitor.on_report(metrics)
         self.monitor.state = "reporting"  # waiting for the tuner's decision (every rank of the group reports)
