@@ -17,7 +17,7 @@ budget, so the same iterations of compute):
 
 The figure is the hypervolume (reference point (1.1, 11)) of every trial's last reported values: a trial
 stopped early reports its biased, worse, low-fidelity values, so stopping never inflates the figure. The true
-front's hypervolume is ~0.99 * 11 - 2/3 ≈ 10.43. Prints JSON.
+front's hypervolume is printed beside (``true_front_hypervolume``). Prints JSON.
 
     python benchmarks/mo_asha.py [--seeds 5] [--budget 1080]
 """
