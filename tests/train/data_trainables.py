@@ -135,3 +135,23 @@ def read_on_tls(config: dict) -> None:
 
     rows = sum(len(b["id"]) for b in train.get_dataset_shard().iter_batches(batch_size=10))
     train.report({"rows": rows, "scheme": get_worker().scheduler.address.split("://")[0]})
+
+
+def gpu_batches(config: dict) -> None:
+    """Reads tensors with device="auto" (and with collate_fn); reports where they landed and a step's loss."""
+    import torch
+
+    from tuneplat.train.torch import get_device, prepare_model
+
+    model = prepare_model(torch.nn.Linear(2, 1))
+    shard = train.get_dataset_shard("train")
+    devices = set()
+    loss = torch.zeros(())
+    for batch in shard.iter_torch_batches(batch_size=32, dtypes=torch.float32):
+        devices |= {str(t.device) for t in batch.values()}
+        x = torch.stack([batch["a"], batch["b"]], dim=1)
+        loss = torch.nn.functional.mse_loss(model(x).squeeze(1), batch["y"])
+        loss.backward()
+    collated = next(iter(shard.iter_torch_batches(batch_size=8, collate_fn=lambda b: torch.as_tensor(b["a"]))))
+    train.report({"devices": sorted(devices), "device": str(get_device()), "loss": loss.item(),
+                  "collated": str(collated.device)})

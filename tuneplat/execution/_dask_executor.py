@@ -55,6 +55,7 @@ from ._executor import (
     TrialExecutor,
     TrialSpec,
 )
+from ._gpu_memory import GPU_MEMORY, as_gpu_share, device_memory_bytes
 from ._observe import WorkerBoard, rank_row
 from ._runner import run_rank
 from ._stacks import RankRef
@@ -207,6 +208,7 @@ class DaskTrialExecutor(TrialExecutor):
         self.starve_timeout_s = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)
         self.waiting = 0  # trials besides the one being placed that wait for room (the loop's set_waiting)
         self.groups: dict[str, _Group] = {}
+        self._device_bytes: float | None = None  # memory of the cluster's (smallest) GPU, looked up when needed
         self.idle: list[_Rank] = []
         self.task_owner: dict[str, tuple[_Group, _Rank]] = {}
         self.tokens: dict[bytes, _Group] = {}
@@ -229,6 +231,7 @@ class DaskTrialExecutor(TrialExecutor):
 
     # ------------------------------------------------------------------ setup
     def setup(self, ctx: ExecutorContext) -> None:
+        ctx.request = self._gpu_share(ctx.request)  # {"GPU_memory": bytes} -> the share of a device it is
         self.ctx = ctx
         self.trainable = ctx.trainable
         self.board = WorkerBoard(ctx.experiment_dir) if ctx.experiment_dir else None
@@ -328,7 +331,7 @@ class DaskTrialExecutor(TrialExecutor):
     def reserve(self, request: Mapping[str, float] | None = None,
                 world_size: int | None = None) -> _Reservation | None:
         ctx = self.ctx
-        request = dict(ctx.request if request is None else request)
+        request = dict(ctx.request) if request is None else self._gpu_share(request)
         world_size = ctx.world_size if world_size is None else world_size
         if self._nested:  # one group at a time, placed (blocking) at start() by the enclosing trial's tuner
             return None if self.groups or self.idle else _Reservation(request=request, leased=world_size)
@@ -356,7 +359,18 @@ class DaskTrialExecutor(TrialExecutor):
         return _Reservation(placement=placement, request=request)
 
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
-        self.ledger.check_fits_empty(request, world_size, self.ctx.placement_strategy)
+        self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy)
+
+    def _gpu_share(self, request: Mapping[str, float]) -> dict[str, float]:
+        """``GPU_memory`` (bytes) as the share of one of the cluster's devices (see ``_gpu_memory.py``)."""
+        if GPU_MEMORY not in request:
+            return dict(request)
+        if self._device_bytes is None:
+            self._device_bytes = device_memory_bytes() or 0.0
+        try:
+            return as_gpu_share(request, self._device_bytes)
+        except ValueError as exc:
+            raise PlacementError(str(exc)) from None
 
     def _is_elastic(self, request: Mapping[str, float], world_size: int) -> bool:
         """An elastic group: the experiment's ``ScalingConfig(num_workers=(min, max))`` (a trial with resources of
@@ -419,6 +433,7 @@ class DaskTrialExecutor(TrialExecutor):
                 channel_tls=self.channel_tls, trial_io=ctx.trial_io, elastic=group.elastic,
                 system_metrics_s=self.system_metrics_s,
                 rank_hosts=[x.host for x in placement],
+                tuner_local=self._listener.local_name if self._listener is not None else None,
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)

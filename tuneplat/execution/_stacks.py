@@ -141,20 +141,28 @@ class RankRef:
     responsive: bool = True  # its heartbeats arrive (the process runs Python)
 
 
-def _via_worker(client: Any, trial_id: str, address: str, timeout: float) -> dict[int, dict[str, Any]] | None:
+def _via_workers(client: Any, trial_id: str, addresses: list[str], timeout: float) -> dict[str, Any]:
+    """Every listed worker's answer to :func:`rank_stacks` (one ``Client.run`` for all; those that answer in time)."""
     box: dict[str, Any] = {}
 
     def call() -> None:
         try:
-            box["r"] = client.run(rank_stacks, trial_id, workers=[address], on_error="return")
+            box["r"] = client.run(rank_stacks, trial_id, workers=addresses, on_error="return")
         except Exception as exc:  # noqa: BLE001
             box["e"] = exc
 
     t = threading.Thread(target=call, name="tuneplat-stacks", daemon=True)
     t.start()
     t.join(timeout)
-    answer = box.get("r", {}).get(address) if isinstance(box.get("r"), dict) else None
-    return answer if isinstance(answer, dict) else None
+    answers = box.get("r")
+    if isinstance(answers, dict):
+        return answers
+    if addresses and len(addresses) > 1 and "r" not in box:  # one worker does not answer: ask each alone
+        out: dict[str, Any] = {}
+        for a in addresses:
+            out.update(_via_workers(client, trial_id, [a], timeout / 2))
+        return out
+    return {}
 
 
 _PYSPY_FRAME = re.compile(r"^\s+(?P<name>\S+) \((?P<file>.+?):(?P<line>\d+)\)")
@@ -232,11 +240,12 @@ def capture(client: Any, trial_id: str, trial_dir: str, ranks: list[RankRef], re
     here = socket.gethostname()
     parts: list[str] = []
     texts: list[str] = []
+    answers = _via_workers(client, trial_id, sorted({r.address for r in ranks if r.responsive}), timeout)
     for ref in ranks:
         got: dict[str, Any] | None = None
         if ref.responsive:
-            answer = _via_worker(client, trial_id, ref.address, timeout)
-            got = (answer or {}).get(ref.index)
+            answer = answers.get(ref.address)
+            got = answer.get(ref.index) if isinstance(answer, dict) else None
         if got is None and ref.pid and ref.hostname == here:
             got = _via_pyspy(ref.pid, timeout) or _via_signal(ref.pid, trial_dir, ref.index, min(timeout, 2.0))
         if got is None:

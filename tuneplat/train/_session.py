@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ class RankSpec:
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     system_metrics_s: float = 5.0  # how often the rank samples CPU/memory/GPU (0: never); see train/_telemetry.py
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
+    tuner_local: str | None = None  # the tuner's local socket (same host): see execution._channel.Listener
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
     rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
@@ -130,6 +132,47 @@ class TrainContext:
     def get_attempt(self) -> int:
         """0 for the first run of the trial, then 1, 2, ... for retries and resumes."""
         return self._spec.attempt if self._spec else 0
+
+
+def gpu_memory() -> dict[str, int]:
+    """This process's GPU memory, when it uses CUDA through torch: ``{}`` otherwise (nothing is imported).
+
+    ``gpu_memory_peak_bytes``: ``torch.cuda.max_memory_allocated()`` of the current device (the peak of torch's
+    allocator since the process started or the peak was reset); ``gpu_memory_process_bytes``: what the driver
+    says this process holds on its devices (NVML, when ``pynvml``/``nvidia-ml-py`` is installed), which includes
+    the CUDA context and cuBLAS/cuDNN workspaces.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    try:
+        if not torch.cuda.is_initialized():
+            return {}
+        out = {"gpu_memory_peak_bytes": int(torch.cuda.max_memory_allocated())}
+    except Exception:  # noqa: BLE001 - memory figures must never fail a report
+        return {}
+    held = _nvml_process_bytes()
+    if held is not None:
+        out["gpu_memory_process_bytes"] = held
+    return out
+
+
+def _nvml_process_bytes() -> int | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        pid, total = os.getpid(), 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory:
+                    total += int(proc.usedGpuMemory)
+        return total
+    except Exception:  # noqa: BLE001 - no driver access (a container): leave it out
+        return None
 
 
 def _plain(value: Any) -> Any:
@@ -218,6 +261,7 @@ class Session:
                 pid=self.pid,
                 hostname=self.hostname,
             )
+            result.update(gpu_memory())
         self.last_report_time = now
         self.monitor.on_report(metrics)
         self.monitor.state = "reporting"  # waiting for the tuner's decision (every rank of the group reports)
