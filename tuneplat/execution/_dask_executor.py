@@ -1007,6 +1007,13 @@ class DaskTrialExecutor(TrialExecutor):
                 # a chained rank whose task ended before it acknowledged "next": no user code ran
                 self._lost_before_start(group, rank)
                 continue
+            if (group.elastic and fut is not None and fut.status == "error" and rank.finished is None
+                    and rank.conn is not None and type(fut.exception()).__name__ == "KilledWorker"):
+                # an elastic group's rank whose Dask worker left the scheduler (it is closing: SIGTERM, a retire)
+                # while the rank still runs and talks to the tuner: its connection decides (a notice comes from it;
+                # a process that really died drops it). Nothing more is placed there.
+                self.ledger.quarantine(rank.assignment.address)
+                continue
             self._release(rank)
             if fut is not None and fut.status == "error" and rank.finished is None:
                 exc = fut.exception()
