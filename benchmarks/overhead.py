@@ -11,6 +11,8 @@ Usage:
   python benchmarks/overhead.py --ray-default   # also Ray's default reuse_actors=False (minutes)
   python benchmarks/overhead.py --no-ray
   python benchmarks/overhead.py --tls           # (b) over a TLS cluster vs a plaintext one, interleaved runs
+  python benchmarks/overhead.py --system-metrics   # (b) with ranks' system metrics off / on (5 s) / on every
+                                                   # 0.1 s (heartbeat 0.1 s), interleaved rounds
 
 Prints one JSON object.
 """
@@ -170,6 +172,70 @@ def bench_tls(storage: str, sizes: dict, rounds: int) -> dict:
             "tls_cost_pct": round(100 * (1 - med["tls"] / med["plain"]), 1), "goal_cost_pct": 20}
 
 
+_SYSTEM_MODES = {
+    "off": {"TUNEPLAT_SYSTEM_METRICS_S": "0"},
+    "on": {"TUNEPLAT_SYSTEM_METRICS_S": "5"},  # the default
+    "on_fast": {"TUNEPLAT_SYSTEM_METRICS_S": "0.1", "TUNEPLAT_HEARTBEAT_TIMEOUT_S": "1"},  # a sample every ping
+}
+
+
+def bench_system_metrics(storage: str, sizes: dict, rounds: int, reports: int) -> dict:
+    """(b) results/s with the ranks' system metrics off, on (default period) and on at 0.1 s, interleaved."""
+    import statistics
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    def many(config):
+        import tuneplat
+
+        for i in range(config["reports"]):
+            tuneplat.report({"loss": config["x"] + i})
+
+    with dask.config.set({"distributed.worker.daemon": False}):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                               resources={"CPU": 1})
+    client = Client(cluster, set_as_default=False)
+    rates: dict[str, list[float]] = {m: [] for m in _SYSTEM_MODES}
+    saved = {k: os.environ.get(k) for m in _SYSTEM_MODES.values() for k in m}
+    import tuneplat as tune
+
+    def run(mode: str) -> float:
+        for k in saved:
+            os.environ.pop(k, None)
+        os.environ.update(_SYSTEM_MODES[mode])
+        tuner = tune.Tuner(
+            many, param_space={"x": tune.uniform(0, 1), "reports": reports},
+            tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=sizes["b"], max_concurrent_trials=2),
+            run_config=tune.RunConfig(storage_path=storage, verbose=0, mlflow=False), client=client)
+        t0 = time.perf_counter()
+        results = tuner.fit()
+        wall = time.perf_counter() - t0
+        assert not results.errors, results.errors
+        return sum(len(r._history) for r in results) / wall
+
+    try:
+        run("off")  # warm the workers' imports
+        modes = list(_SYSTEM_MODES)
+        for i in range(rounds):
+            for mode in (modes if i % 2 == 0 else modes[::-1]):
+                rates[mode].append(run(mode))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        client.close()
+        cluster.close()
+    med = {m: statistics.median(v) for m, v in rates.items()}
+    return {"rounds": rounds, "trials": sizes["b"], "reports_per_trial": reports,
+            **{f"b_results_per_s_{m}": [round(x, 1) for x in v] for m, v in rates.items()},
+            **{f"median_{m}": round(x, 1) for m, x in med.items()},
+            "cost_pct_on": round(100 * (1 - med["on"] / med["off"]), 2),
+            "cost_pct_on_fast": round(100 * (1 - med["on_fast"] / med["off"]), 2), "goal_cost_pct": 3}
+
+
 def bench_ray(storage: str, sizes: dict, reuse: bool) -> dict:
     import ray
 
@@ -193,12 +259,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
     parser.add_argument("--tls", type=int, nargs="?", const=9, default=0, metavar="ROUNDS",
                         help="only (b), TLS vs plaintext channel, interleaved (default 9 rounds each)")
+    parser.add_argument("--system-metrics", type=int, nargs="?", const=7, default=0, metavar="ROUNDS",
+                        help="only (b), system metrics off/on/fast, interleaved (default 7 rounds each)")
+    parser.add_argument("--reports", type=int, default=2000,
+                        help="reports per trial for --system-metrics (long enough for samples to be taken)")
     args = parser.parse_args()
     sizes = {"a": 200, "b": 16, "c_small": 20, "c_large": 100}
     if args.quick:
         sizes = {"a": 40, "b": 4, "c_small": 4, "c_large": 12}
     storage = tempfile.mkdtemp(prefix="tuneplat_bench_")
     out: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "sizes": sizes}
+    if args.system_metrics:
+        out["system_metrics"] = bench_system_metrics(storage, sizes, args.system_metrics, args.reports)
+        print(json.dumps(out, indent=2))
+        return
     if args.tls:
         out["tls_vs_plain"] = bench_tls(storage, sizes, args.tls)
         print(json.dumps(out, indent=2))

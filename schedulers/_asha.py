@@ -13,7 +13,7 @@ from typing import Any
 
 from ._base import Decision, TrialScheduler, require_argument
 from ._common import display, finite_number, is_number, lower_quantile, result_time
-from ._pareto import TIEBREAKS, mo_rank
+from ._pareto import TIEBREAKS, dominates, mo_rank
 
 __all__ = ["ASHAScheduler", "AsyncHyperBandScheduler"]
 
@@ -36,7 +36,7 @@ class _Bracket:
 
     def judge(self, level: int, trial_id: str, value: Any, cost: float | None,
               rank: Callable[[list[Any]], list[int]] | None,
-              by_cost: bool) -> tuple[Decision, float | None, str]:
+              by_cost: bool, dominators: Callable[[Any, Any], bool] | None = None) -> tuple[Decision, float | None, str]:
         """Record the trial at rung ``level`` and decide.
 
         Single objective, no cost: continue when not worse than the
@@ -67,6 +67,19 @@ class _Bracket:
             return Decision.STOP, cutoff, ""
         ids = list(recorded)  # arrival order: ties go to the earlier trial
         values = [recorded[t] for t in ids]
+        if rank is not None and dominators is not None:
+            # a trial dominated by others ranks after all of them (they sit in earlier fronts): when they alone
+            # fill what is kept, it stops without sorting the rung (O(n) instead of O(n^2) per decision)
+            beaten_by = [t for t in ids if t != trial_id and dominators(recorded[t], value)]
+            if by_cost:
+                spent = sum(self.costs[level][t] for t in beaten_by) + self.costs[level][trial_id]
+                total = sum(self.costs[level][t] for t in ids)
+                if beaten_by and spent > total / eta + 1e-12:
+                    return Decision.STOP, None, (f"dominated by {len(beaten_by)} of {len(ids)}; their cumulative "
+                                                 f"cost {spent:.4g} exceeds 1/{eta:g} of the rung's {total:.4g}")
+            elif len(beaten_by) >= max(1, int(len(ids) / eta)):
+                return Decision.STOP, None, (f"dominated by {len(beaten_by)} of {len(ids)}, keeping "
+                                             f"{max(1, int(len(ids) / eta))}")
         if rank is None:
             order = sorted(range(len(ids)), key=lambda i: (values[i], i))
         else:
@@ -289,7 +302,8 @@ class ASHAScheduler(TrialScheduler):
         value = self._value(result)
         cost = finite_number(result.get(self.cost_attr)) if self.cost_attr is not None else None
         decision, cutoff, detail = bracket.judge(level, trial_id, value, cost, self._rank(),
-                                                 self.cost_attr is not None)
+                                                 self.cost_attr is not None,
+                                                 dominates if self.multi_objective else None)
         if decision is not Decision.STOP:
             return decision, ""
         milestone = bracket.milestones[level]

@@ -19,7 +19,13 @@ Point = Sequence[float]
 
 def dominates(a: Point, b: Point) -> bool:
     """``a`` is nowhere worse than ``b`` and better somewhere (lower is better)."""
-    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+    better = False
+    for x, y in zip(a, b):
+        if x > y:
+            return False
+        if x < y:
+            better = True
+    return better
 
 
 def nondominated_fronts(points: Sequence[Point]) -> list[list[int]]:
@@ -35,14 +41,14 @@ def nondominated_fronts(points: Sequence[Point]) -> list[list[int]]:
     n = len(points)
     beaten_by = [0] * n
     beats: list[list[int]] = [[] for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1, n):
-            if dominates(points[i], points[j]):
+    # in lexicographic order a point can only be dominated by points before it: one test per pair
+    order = sorted(range(n), key=lambda i: tuple(points[i]))
+    for a, i in enumerate(order):
+        pi = points[i]
+        for j in order[a + 1:]:
+            if dominates(pi, points[j]):
                 beats[i].append(j)
                 beaten_by[j] += 1
-            elif dominates(points[j], points[i]):
-                beats[j].append(i)
-                beaten_by[i] += 1
     fronts: list[list[int]] = []
     current = [i for i in range(n) if beaten_by[i] == 0]
     while current:

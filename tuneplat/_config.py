@@ -116,11 +116,21 @@ class FailureConfig:
             with the run for the elastic groups' preemption handling
             (``docs/elastic.md``); where no preemption is detected, a lost
             worker counts against ``max_failures`` (``docs/porting-from-ray.md``).
+        oom_halve: opt-in retry of a trial that ran out of memory (``torch.cuda.OutOfMemoryError``,
+            ``MemoryError``): the config key to halve before it runs again, e.g. ``"micro_batch_size"``
+            (nested: ``"train_loop_config.micro_batch_size"``). Such retries have their own budget
+            (``max_oom_retries``) and do not use up ``max_failures``; a key already at 1 is not retried.
+        oom_double: a config key doubled with each halving (e.g. the gradient-accumulation steps, so the
+            effective batch stays the same).
+        max_oom_retries: how many times one trial may be shrunk and retried (``>= 0``).
     """
 
     max_failures: int = 0
     fail_fast: bool | str = False
     max_preemption_failures: int = -1
+    oom_halve: str | None = None
+    oom_double: str | None = None
+    max_oom_retries: int = 3
 
     def __post_init__(self) -> None:
         _check(isinstance(self.max_failures, int) and self.max_failures >= -1,
@@ -128,6 +138,14 @@ class FailureConfig:
         _check(isinstance(self.max_preemption_failures, int) and not isinstance(self.max_preemption_failures, bool)
                and self.max_preemption_failures >= -1, "FailureConfig.max_preemption_failures",
                self.max_preemption_failures, "an int >= 0, or -1 for unlimited (Ray's default)")
+        _check(self.oom_halve is None or (isinstance(self.oom_halve, str) and self.oom_halve != ""),
+               "FailureConfig.oom_halve", self.oom_halve, "a config key (str) or None")
+        _check(self.oom_double is None or (isinstance(self.oom_double, str) and self.oom_double != ""),
+               "FailureConfig.oom_double", self.oom_double, "a config key (str) or None")
+        _check(self.oom_double is None or self.oom_halve is not None, "FailureConfig.oom_double", self.oom_double,
+               "given together with oom_halve (the key that is halved)")
+        _check(isinstance(self.max_oom_retries, int) and not isinstance(self.max_oom_retries, bool)
+               and self.max_oom_retries >= 0, "FailureConfig.max_oom_retries", self.max_oom_retries, "an int >= 0")
 
 
 @dataclass
@@ -284,6 +302,11 @@ class ScalingConfig:
         _check(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
                "ScalingConfig.placement_strategy", self.placement_strategy, "'PACK' or 'SPREAD'")
         for k, v in (self.resources_per_worker or {}).items():
+            if str(k).lower() == "gpu_memory":  # {"GPU_memory": "10GiB"}: packed by memory (docs/resources.md)
+                from .execution._gpu_memory import parse_memory
+
+                parse_memory(v, f"ScalingConfig.resources_per_worker[{k!r}]")
+                continue
             _check(isinstance(v, (int, float)) and v >= 0, f"ScalingConfig.resources_per_worker[{k!r}]", v,
                    "a number >= 0")
         gpu = self.per_worker().get("GPU", 0)
@@ -326,8 +349,14 @@ class ScalingConfig:
 
     def per_worker(self) -> dict[str, float]:
         """Resources of one rank, with defaults filled in (CPU 1; GPU 1 when use_gpu)."""
-        res = {str(k).upper() if str(k).lower() in ("cpu", "gpu") else str(k): float(v)
-               for k, v in (self.resources_per_worker or {}).items()}
+        res: dict[str, float] = {}
+        for k, v in (self.resources_per_worker or {}).items():
+            if str(k).lower() == "gpu_memory":
+                from .execution._gpu_memory import GPU_MEMORY, parse_memory
+
+                res[GPU_MEMORY] = parse_memory(v)
+                continue
+            res[str(k).upper() if str(k).lower() in ("cpu", "gpu") else str(k)] = float(v)
         res.setdefault("CPU", 1.0)
         if self.use_gpu:
             res.setdefault("GPU", 1.0)
@@ -337,7 +366,8 @@ class ScalingConfig:
 
     @property
     def backend(self) -> str:
-        return "nccl" if self.per_worker().get("GPU", 0) > 0 else "gloo"
+        per = self.per_worker()
+        return "nccl" if per.get("GPU", 0) > 0 or per.get("GPU_memory", 0) > 0 else "gloo"
 
     def to_space(self) -> ScalingSpace:
         """This config as a search space (its domains resolved per trial, as Ray Train's Tuner does)."""

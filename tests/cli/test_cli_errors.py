@@ -1,10 +1,15 @@
-"""Bad sweep files through the real console script: exact one-line messages, exit 2, nothing executed."""
+"""Bad sweep files through the console script's ``main()``: exact one-line messages, exit 2, nothing executed.
+
+The cases run ``tuneplat.cli.main`` in-process (what the console script calls; its exit status and output); one
+case per kind also runs the real console script as a subprocess (test_the_console_script_refuses_alike).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -78,14 +83,47 @@ CASES = [
 ]
 
 
-def run_cli(tmp_path, name: str, content: str, *extra: str) -> subprocess.CompletedProcess:
-    (tmp_path / name).write_text(content)
-    return subprocess.run([sys.executable, "-m", "tuneplat.cli", "run", str(tmp_path / name), *extra,
-                           "--storage-path", str(tmp_path / "res")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """``cli(*args)``: ``tuneplat <args>`` in-process from the checkout; its exit status, stdout and stderr.
+
+    Should validation ever let a bad sweep through, it would run on the virtual-time executor (no cluster starts
+    in the test process), and the test sees the results folder.
+    """
+    import tuneplat._tuner as tuner_module
+    from tuneplat import cli as cli_module
+    from tuneplat.testing import VirtualTimeExecutor
+
+    monkeypatch.setattr(tuner_module, "DaskTrialExecutor", lambda *a, **k: VirtualTimeExecutor(num_slots=2))
+    monkeypatch.chdir(ROOT)
+
+    def run(*args: str) -> types.SimpleNamespace:
+        capsys.readouterr()
+        try:
+            code = cli_module.main(list(args))
+        except SystemExit as exc:  # argparse's own errors
+            code = exc.code if isinstance(exc.code, int) else 2
+        out = capsys.readouterr()
+        return types.SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    return run
 
 
-def error_line(proc: subprocess.CompletedProcess, tmp_path) -> str:
+@pytest.fixture
+def run_cli(cli):
+    def run(tmp_path, name: str, content: str, *extra: str) -> types.SimpleNamespace:
+        (tmp_path / name).write_text(content)
+        return cli("run", str(tmp_path / name), *extra, "--storage-path", str(tmp_path / "res"))
+
+    return run
+
+
+def run_console_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuneplat.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def error_line(proc, tmp_path) -> str:
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr  # one line, no traceback
     assert lines[0].startswith("tuneplat: error: ")
@@ -93,7 +131,7 @@ def error_line(proc: subprocess.CompletedProcess, tmp_path) -> str:
 
 
 @pytest.mark.parametrize("name,content,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_sweep_file(tmp_path, name, content, expected):
+def test_bad_sweep_file(run_cli, tmp_path, name, content, expected):
     proc = run_cli(tmp_path, name, content)  # a real run, not --dry-run: validation must stop it
     assert proc.returncode == 2
     assert error_line(proc, tmp_path) == expected
@@ -107,7 +145,7 @@ def test_bad_sweep_file(tmp_path, name, content, expected):
     'trainable: !!python/name:os.system\nparam_space: {{x: "touch {marker}"}}\n',
     'trainable: examples.toy:learning_curve\nparam_space: !!python/object/new:os.system ["touch {marker}"]\n',
 ], ids=["object-apply", "nested-apply", "python-name", "object-new"])
-def test_yaml_tags_that_construct_objects_are_refused_and_nothing_runs(tmp_path, yaml_text):
+def test_yaml_tags_that_construct_objects_are_refused_and_nothing_runs(run_cli, tmp_path, yaml_text):
     marker = tmp_path / "pwned"
     proc = run_cli(tmp_path, "evil.yaml", yaml_text.format(marker=marker))
     assert proc.returncode == 2
@@ -117,7 +155,7 @@ def test_yaml_tags_that_construct_objects_are_refused_and_nothing_runs(tmp_path,
     assert not marker.exists()
 
 
-def test_tag_message_names_line_column_and_tag(tmp_path):
+def test_tag_message_names_line_column_and_tag(run_cli, tmp_path):
     proc = run_cli(tmp_path, "evil.yaml", 'trainable: examples.toy:learning_curve\n'
                                           'param_space: !!python/object/apply:os.system ["true"]\n')
     assert error_line(proc, tmp_path) == (
@@ -141,9 +179,8 @@ def test_tag_message_names_line_column_and_tag(tmp_path):
      "YAML tag '!!python/object/apply:os.getpid' would construct a Python object; sweep files hold plain data only "
      "(strings, numbers, booleans, null, lists, mappings): remove the tag"),
 ], ids=["bad-value", "unknown-key", "bad-domain", "no-equals", "tag"])
-def test_bad_set_override(tmp_path, override, expected):
-    proc = subprocess.run([sys.executable, "-m", "tuneplat.cli", "run", "examples/toy_asha.yaml", "--set", override,
-                           "--storage-path", str(tmp_path / "res")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_bad_set_override(cli, tmp_path, override, expected):
+    proc = cli("run", "examples/toy_asha.yaml", "--set", override, "--storage-path", str(tmp_path / "res"))
     assert proc.returncode == 2
     assert error_line(proc, tmp_path) == expected
     assert not (tmp_path / "res").exists()
@@ -155,8 +192,27 @@ def test_bad_set_override(tmp_path, override, expected):
     (["resume", "{tmp}/nowhere"], "{tmp}/nowhere: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"),
     (["run", "{tmp}/missing.yaml"], "{tmp}/missing.yaml: no such sweep file (looked in " + ROOT + ")"),
 ])
-def test_bad_paths(tmp_path, args, expected):
-    proc = subprocess.run([sys.executable, "-m", "tuneplat.cli", *[a.format(tmp=tmp_path) for a in args]],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+def test_bad_paths(cli, tmp_path, args, expected):
+    proc = cli(*[a.format(tmp=tmp_path) for a in args])
     assert proc.returncode == 2
     assert proc.stderr.strip() == "tuneplat: error: " + expected.format(tmp=tmp_path)
+
+
+def test_the_console_script_refuses_alike(tmp_path):
+    """The real console script (a new process): a constructing YAML tag, a bad --set and a bad path, refused with
+    the same one line and exit 2, and nothing run."""
+    marker = tmp_path / "pwned"
+    (tmp_path / "evil.yaml").write_text(f'trainable: examples.toy:learning_curve\n'
+                                        f'param_space: !!python/object/apply:os.system ["touch {marker}"]\n')
+    proc = run_console_script("run", str(tmp_path / "evil.yaml"), "--storage-path", str(tmp_path / "res"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "would construct a Python object; sweep files hold plain data only" in error_line(proc, tmp_path)
+    assert not marker.exists() and not (tmp_path / "res").exists()
+    proc = run_console_script("run", "examples/toy_asha.yaml", "--set", "num_samples",
+                              "--storage-path", str(tmp_path / "res"))
+    assert proc.returncode == 2
+    assert error_line(proc, tmp_path) == "--set num_samples:1:1: expected key.path=value, e.g. --set scheduler.max_t=50"
+    proc = run_console_script("best", str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"tuneplat: error: {tmp_path}/nowhere: not a tuneplat experiment folder (no journal.jsonl); "
+        "expected <storage_path>/<name>")

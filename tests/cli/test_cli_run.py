@@ -1,7 +1,9 @@
 """The ``tuneplat`` console script, driven as a subprocess: run, --set, --dry-run, resume, status, best.
 
 Every sweep here starts its own embedded LocalCluster (one worker per core),
-so they are few and short.
+so they are few and short. The commands that only read an experiment folder
+(``status``, ``best``) after a sweep run through ``tuneplat.cli.main`` in this
+process (:func:`read_cmd`): the same code and output, without a new interpreter each.
 """
 
 from __future__ import annotations
@@ -25,6 +27,27 @@ def tuneplat(*args: str, cwd: str = ROOT, timeout: float = 240, env: dict | None
     cmd = [sys.executable, "-m", "tuneplat.cli", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+
+
+def read_cmd(*args: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    """``tuneplat <args>`` for a command that only reads (status, best), through ``tuneplat.cli.main`` in-process."""
+    import contextlib
+    import io
+
+    from tuneplat.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's own errors
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -75,7 +98,7 @@ def test_full_sweep_with_overrides_then_status_and_best(tmp_path):
     saved = (exp / "sweep.yaml").read_text()
     assert "num_samples: 4" in saved and "max_t: 3" in saved  # the effective sweep, overrides applied
 
-    st = tuneplat("status", str(exp), "--json")
+    st = read_cmd("status", str(exp), "--json")
     assert st.returncode == 0, st.stderr
     info = json.loads(st.stdout)
     assert info["name"] == "quick" and info["status"] == "finished" and info["num_trials"] == 4
@@ -83,12 +106,12 @@ def test_full_sweep_with_overrides_then_status_and_best(tmp_path):
     assert all(t["iteration"] <= 3 for t in info["trials"])
     assert max(t["iteration"] for t in info["trials"]) == 3
 
-    text = tuneplat("status", str(exp))
+    text = read_cmd("status", str(exp))
     assert text.returncode == 0
     assert text.stdout.splitlines()[0].startswith("== quick: 4 trials | 4 TERMINATED | finished ==")
     assert all(t["trial_id"] in text.stdout for t in info["trials"])
 
-    best = tuneplat("best", str(exp), "--json")
+    best = read_cmd("best", str(exp), "--json")
     assert best.returncode == 0, best.stderr
     b = json.loads(best.stdout)
     losses = {t["trial_id"]: t["last_result"]["loss"] for t in info["trials"]}
@@ -97,7 +120,7 @@ def test_full_sweep_with_overrides_then_status_and_best(tmp_path):
     assert set(b) >= {"config", "last_result", "checkpoint", "mlflow_run_id", "path"}
     assert b["checkpoint"] is None  # learning_curve keeps no checkpoint (see the resume test for one)
     assert isinstance(b["mlflow_run_id"], str) and b["mlflow_run_id"]  # MLflow is on by default
-    text = tuneplat("best", str(exp))
+    text = read_cmd("best", str(exp))
     assert text.returncode == 0
     assert text.stdout.startswith(f"best trial   {b['trial_id']} (TERMINATED) by loss (min, scope last)")
     assert f"mlflow run   {b['mlflow_run_id']}" in text.stdout
@@ -108,6 +131,7 @@ def write(path, text: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_failed_experiment_exits_nonzero_then_resume_errored_succeeds(tmp_path):
     ok_file = tmp_path / "ok"
     sweep = write(tmp_path / "fail.yaml", f"""
@@ -205,7 +229,7 @@ def test_run_on_an_existing_cluster_with_address(tmp_path, dask_client):
     proc = tuneplat("run", "examples/toy_asha.yaml", "--address", address, "--set", "num_samples=2",
                     "--set", "param_space.epochs=2", "--set", "mlflow=false", "--storage-path", str(tmp_path), "--quiet")
     assert proc.returncode == 0, proc.stderr
-    st = json.loads(tuneplat("status", str(tmp_path / "toy-asha"), "--json").stdout)
+    st = json.loads(read_cmd("status", str(tmp_path / "toy-asha"), "--json").stdout)
     assert st["counts"] == {"TERMINATED": 2}
     workers = set(dask_client.scheduler_info()["workers"])
     journal = [json.loads(line) for line in (tmp_path / "toy-asha" / "journal.jsonl").read_text().splitlines()]
@@ -214,6 +238,7 @@ def test_run_on_an_existing_cluster_with_address(tmp_path, dask_client):
     assert f"address: {address}" in (tmp_path / "toy-asha" / "sweep.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_sweep_on_s3_then_status_best_and_resume_by_url(tmp_path, s3, s3_endpoint):
     """storage_path on S3 from a sweep file: fsspec builds the filesystem from AWS_* variables (tuner and workers)."""
     _fs, url = s3

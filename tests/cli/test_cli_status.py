@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from test_cli_run import ROOT, TRAINABLES, one_error_line, tuneplat, write
+from test_cli_run import ROOT, TRAINABLES, one_error_line, read_cmd, tuneplat, write
 
 LONG_ERROR = ("this trial failed on purpose with a long message that a table column would cut: the full text must "
               "stay readable in the live view and in tuneplat status")
@@ -45,7 +45,7 @@ def test_status_of_a_storage_path_lists_its_experiments(experiment, tmp_path):
     storage, exp = experiment
     second = tuneplat("run", _sweep(tmp_path, "other"), "--quiet", "--storage-path", str(storage))
     assert second.returncode == 0, second.stderr
-    out = tuneplat("status", str(storage))
+    out = read_cmd("status", str(storage))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == f"== 2 experiment(s) in {storage} (newest first) =="
@@ -53,17 +53,17 @@ def test_status_of_a_storage_path_lists_its_experiments(experiment, tmp_path):
     assert lines[2].split()[:2] == ["other", "finished"] and lines[3].split()[:2] == ["dips", "finished"]
     for line in lines[2:4]:
         assert "4 (2 ERROR, 2 TERMINATED)" in line and "loss=2.5 (" in line  # x=1.0's last value
-    info = json.loads(tuneplat("status", str(storage), "--json").stdout)
+    info = json.loads(read_cmd("status", str(storage), "--json").stdout)
     assert [e["name"] for e in info["experiments"]] == ["other", "dips"]
     assert info["experiments"][1]["counts"] == {"ERROR": 2, "TERMINATED": 2}
-    bad = tuneplat("status", str(storage), "--csv")
+    bad = read_cmd("status", str(storage), "--csv")
     assert bad.returncode == 2 and "is a storage path holding 2 experiment(s)" in one_error_line(bad)
 
 
 def test_status_csv_and_one_trial_in_full(experiment, tmp_path):
     _storage, exp = experiment
     target = tmp_path / "trials.csv"
-    out = tuneplat("status", str(exp), "--csv", str(target))
+    out = read_cmd("status", str(exp), "--csv", str(target))
     assert out.returncode == 0, out.stderr
     rows = list(csv.DictReader(open(target, encoding="utf-8")))
     assert len(rows) == 4
@@ -73,26 +73,26 @@ def test_status_csv_and_one_trial_in_full(experiment, tmp_path):
     ok = [r for r in rows if r["status"] == "TERMINATED"]
     assert sorted(float(r["loss"]) for r in ok) == [2.5, 5.0] and {r["iteration"] for r in ok} == {"4"}
     assert all(LONG_ERROR in r["error"] for r in rows if r["status"] == "ERROR")
-    stdout_csv = tuneplat("status", str(exp), "--csv")
+    stdout_csv = read_cmd("status", str(exp), "--csv")
     assert list(csv.DictReader(io.StringIO(stdout_csv.stdout))) == rows
 
     failed = next(r["trial_id"] for r in rows if r["status"] == "ERROR")
-    one = tuneplat("status", str(exp), "--trial", failed)
+    one = read_cmd("status", str(exp), "--trial", failed)
     assert one.returncode == 0, one.stderr
     assert one.stdout.startswith(f"trial        {failed} (ERROR) of dips")
     assert LONG_ERROR in one.stdout and "Traceback" in one.stdout  # the whole error, with where it came from
-    table = tuneplat("status", str(exp))
+    table = read_cmd("status", str(exp))
     assert LONG_ERROR in table.stdout  # the note column is the last one and is not cut
-    missing = tuneplat("status", str(exp), "--trial", "nope")
+    missing = read_cmd("status", str(exp), "--trial", "nope")
     assert missing.returncode == 2 and "--trial nope: no such trial" in one_error_line(missing)
 
 
 def test_best_scope_all_prints_the_best_value_not_the_last(experiment):
     _storage, exp = experiment
-    b = json.loads(tuneplat("best", str(exp), "--scope", "all", "--json").stdout)
+    b = json.loads(read_cmd("best", str(exp), "--scope", "all", "--json").stdout)
     assert b["config"] == {"x": 1.0, "fail": False}
     assert b["value"] == 1.0 and b["last_result"]["loss"] == 2.5  # best ever 1.0 (step 2), last 2.5
-    text = tuneplat("best", str(exp), "--scope", "all").stdout
+    text = read_cmd("best", str(exp), "--scope", "all").stdout
     assert "loss         1   (scope all; its last value: 2.5)" in text
 
 
@@ -112,6 +112,7 @@ def _strip_ansi(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r", "", text)
 
 
+@pytest.mark.slow
 def test_live_view_on_a_terminal_shows_progress_best_full_errors_and_next_steps(tmp_path):
     """The CLI in a pseudo-terminal: the rich live view, then the summary with the commands to look further."""
     master, slave = os.openpty()
@@ -144,6 +145,7 @@ def test_live_view_on_a_terminal_shows_progress_best_full_errors_and_next_steps(
     assert "Traceback" not in out and "distributed.core" not in out
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_terminal_gives_one_resume_hint_and_no_tracebacks(tmp_path):
     """SIGINT to the whole foreground process group, as a terminal's Ctrl-C does (tuner, Dask workers, MLflow
     uploader): the tuner ends the run; nobody prints a KeyboardInterrupt traceback; one line says how to resume."""

@@ -97,9 +97,8 @@ def test_status_of_a_missing_folder_says_it_does_not_exist(tmp_path, capsys):
 
 
 def test_before_the_first_report_the_progress_line_says_what_the_wait_is():
-    from tuneplat.tracking._progress import ProgressReporter
-
     from tuneplat.core._trial import Trial, TrialStatus
+    from tuneplat.tracking._progress import ProgressReporter
 
     class Executor:
         heavy_imports = ["torch"]

@@ -19,7 +19,7 @@ import threading
 
 import pytest
 
-from tuneplat import FailureConfig, RunConfig, ScalingConfig
+from tuneplat import FailureConfig, MLflowConfig, RunConfig, ScalingConfig
 from tuneplat.train import TorchTrainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -162,10 +162,10 @@ def _journal(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _fit(cluster, tmp_path, name, config, num_workers=(1, 2), max_failures=0):
+def _fit(cluster, tmp_path, name, config, num_workers=(1, 2), max_failures=0, mlflow=False):
     trainer = TorchTrainer(descent, train_loop_config=config, scaling_config=ScalingConfig(num_workers=num_workers),
                            client=cluster.client,
-                           run_config=RunConfig(storage_path=str(tmp_path / "results"), name=name, mlflow=False,
+                           run_config=RunConfig(storage_path=str(tmp_path / "results"), name=name, mlflow=mlflow,
                                                 verbose=0, failure_config=FailureConfig(max_failures=max_failures)))
     return trainer.fit()
 
@@ -210,6 +210,11 @@ def test_a_killed_worker_shrinks_the_group_which_goes_on_from_its_checkpoint(tmp
     assert "ranks        1 (elastic, 1..2)" in detail
     assert "resize       at iteration 4: resized from 2 to 1 ranks: rank 1 on" in detail
 
+    # a restore keeps the bounds (the ScalingConfig is saved with the experiment)
+    from tuneplat import Tuner
+
+    assert Tuner.restore(os.path.dirname(result.path), descent).scaling_config.num_workers == (1, 2)
+
 
 # ---------------------------------------------------------------------------------------------- a worker joins
 
@@ -236,7 +241,9 @@ def test_a_joining_worker_grows_the_group_at_the_next_checkpoint(tmp_path, clust
 
     thread = threading.Thread(target=join, daemon=True)
     thread.start()
-    result = _fit(cluster, tmp_path, "grow", {"steps": STEPS, "every": 2, "hook": announce_step_3_then_wait_for_a_join})
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = _fit(cluster, tmp_path, "grow", {"steps": STEPS, "every": 2, "hook": announce_step_3_then_wait_for_a_join},
+                  mlflow=MLflowConfig(tracking_uri=uri))
     thread.join(timeout=60)
     assert result.error is None
     assert [result.metrics["w0"], result.metrics["w1"]] == pytest.approx(reference_weights(), rel=1e-12, abs=1e-12)
@@ -248,6 +255,16 @@ def test_a_joining_worker_grows_the_group_at_the_next_checkpoint(tmp_path, clust
     assert [e["message"] for e in events if e["event"] == "resize"] == [
         "resized from 1 to 2 ranks: 1 more worker(s) free"]
     assert not [e for e in events if e["event"] in ("superseded", "trial_failure")]
+
+    # MLflow: the trial's run has its world size over time, and the resize as tags
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    history = client.get_metric_history(result.mlflow_run_id, "tuneplat/world_size")
+    assert sorted((m.step, m.value) for m in history) == [(0, 1.0), (4, 2.0)]
+    run = client.get_run(result.mlflow_run_id)
+    assert run.data.tags["tuneplat.world_size"] == "2"
+    assert run.data.tags["tuneplat.last_resize"] == "from 1 to 2 ranks: 1 more worker(s) free"
 
 
 # ---------------------------------------------------------------------------------------------- preemption

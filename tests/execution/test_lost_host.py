@@ -58,6 +58,7 @@ def no_nanny_cluster(tmp_path):
         log.close()
 
 
+@pytest.mark.slow
 def test_lost_host_not_replaced_fails_the_trial_and_torch_trainer_raises(tmp_path, monkeypatch, no_nanny_cluster):
     monkeypatch.setenv("TUNEPLAT_WORKER_WAIT_S", "3")
     trainer = TorchTrainer(lose_host_at_step_2, scaling_config=ScalingConfig(num_workers=2), client=no_nanny_cluster,

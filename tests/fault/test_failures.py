@@ -9,6 +9,7 @@ import pytest
 
 import tuneplat as tune
 from tuneplat import read_journal
+from tuneplat.testing import VirtualTimeExecutor
 
 
 def _tuner(client, storage, fn, space, max_failures, **kw):
@@ -82,25 +83,26 @@ def test_hung_rank_is_detected_by_heartbeat_and_retried(dask_client, storage, mo
     assert any(e["event"] == "rank_failure" and "sent nothing" in e["message"] for e in events)
 
 
-def test_fail_fast_ends_the_experiment_and_it_stays_restorable(dask_client, storage):
+def test_fail_fast_ends_the_experiment_and_it_stays_restorable(storage):
     tuner = tune.Tuner(
         F.fail_or_steady, param_space={"fail": tune.grid_search([True, False, False, False])},
         tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1),
         run_config=tune.RunConfig(storage_path=storage, name="ff", verbose=0, mlflow=False,
                                   failure_config=tune.FailureConfig(fail_fast=True)),
-        client=dask_client,
+        executor=VirtualTimeExecutor(num_slots=2),
     )
     results = tuner.fit()
     assert results.num_errors == 1
     assert len(results) < 4  # it stopped starting trials
     path = results.experiment_path
     assert tune.Tuner.can_restore(path)
-    restored = tune.Tuner.restore(path, F.fail_or_steady, client=dask_client,
+    restored = tune.Tuner.restore(path, F.fail_or_steady, executor=VirtualTimeExecutor(num_slots=2),
                                   run_config=tune.RunConfig(storage_path=storage, name="ff", verbose=0, mlflow=False))
     final = restored.fit()
     assert len(final) == 4 and final.num_errors == 1 and final.num_terminated == 3
 
 
+@pytest.mark.slow
 def test_a_retry_after_os_exit_is_never_placed_on_the_dead_worker(dask_client, storage, tmp_path):
     """os._exit in a trainable: the scheduler may list the dead worker a moment longer; the retry goes elsewhere
     (before, it was sometimes pinned to the dead worker and failed 90 s later as "did not start")."""

@@ -16,6 +16,7 @@ import pytest
 import tuneplat as tune
 from tuneplat import read_journal
 from tuneplat.core._replay import load_trials
+from tuneplat.testing import VirtualTimeExecutor
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuner_script.py")
 
@@ -107,6 +108,7 @@ def test_sigkill_tuner_at_random_moments_then_restore(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_ends_cleanly_and_is_restorable(tmp_path, sig):
     storage, name = str(tmp_path / "res"), "interrupted"
@@ -134,13 +136,13 @@ def test_interrupt_ends_cleanly_and_is_restorable(tmp_path, sig):
     assert "FIT_DONE 27 0" in out, out
 
 
-def test_missing_newest_checkpoint_and_torn_journal_recover(tmp_path, dask_client):
+def test_missing_newest_checkpoint_and_torn_journal_recover(tmp_path):
     import ft_trainables as F
 
     storage = str(tmp_path / "res")
     tuner = tune.Tuner(F.steady, param_space={"epochs": 3}, tune_config=tune.TuneConfig(metric="loss", mode="min"),
                        run_config=tune.RunConfig(storage_path=storage, name="x", verbose=0, mlflow=False),
-                       client=dask_client)
+                       executor=VirtualTimeExecutor(num_slots=2))
     results = tuner.fit()
     path = results.experiment_path
     trial_dir = results[0].path
@@ -156,7 +158,7 @@ def test_missing_newest_checkpoint_and_torn_journal_recover(tmp_path, dask_clien
 
     newest = sorted(p for p in os.listdir(trial_dir) if p.startswith("checkpoint_"))[-1]
     shutil.rmtree(os.path.join(trial_dir, newest))
-    restored = tune.Tuner.restore(path, F.steady, client=dask_client)
+    restored = tune.Tuner.restore(path, F.steady, executor=VirtualTimeExecutor(num_slots=2))
     final = restored.fit()
     r = final[0]
     assert r.status == "TERMINATED"
@@ -165,13 +167,13 @@ def test_missing_newest_checkpoint_and_torn_journal_recover(tmp_path, dask_clien
     assert any(e["event"] == "superseded" for e in events)
 
 
-def test_result_journaled_with_its_checkpoint_survives_a_crash_before_its_result_line(tmp_path, dask_client):
+def test_result_journaled_with_its_checkpoint_survives_a_crash_before_its_result_line(tmp_path):
     import ft_trainables as F
 
     storage = str(tmp_path / "res")
     results = tune.Tuner(F.steady, param_space={"epochs": 3}, tune_config=tune.TuneConfig(metric="loss", mode="min"),
                          run_config=tune.RunConfig(storage_path=storage, name="y", verbose=0, mlflow=False),
-                         client=dask_client).fit()
+                         executor=VirtualTimeExecutor(num_slots=2)).fit()
     jpath = os.path.join(results.experiment_path, "journal.jsonl")
     with open(jpath) as f:
         lines = f.read().splitlines()
@@ -179,7 +181,7 @@ def test_result_journaled_with_its_checkpoint_survives_a_crash_before_its_result
     last_ckpt = max(i for i, line in enumerate(lines) if '"event": "checkpoint"' in line)
     with open(jpath, "w") as f:
         f.write("\n".join(lines[: last_ckpt + 1]) + "\n")
-    final = tune.Tuner.restore(results.experiment_path, F.steady, client=dask_client).fit()
+    final = tune.Tuner.restore(results.experiment_path, F.steady, executor=VirtualTimeExecutor(num_slots=2)).fit()
     assert final[0].status == "TERMINATED"
     assert list(final[0].metrics_dataframe["epoch"]) == [1, 2, 3]
     assert not any(e["event"] == "superseded" for e in read_journal(jpath))

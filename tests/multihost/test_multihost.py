@@ -15,7 +15,7 @@ import time
 import netns
 import pytest
 
-pytestmark = pytest.mark.multihost
+pytestmark = [pytest.mark.multihost, pytest.mark.slow]  # the slow lane (CI)
 
 _why = netns.available()
 if _why is not None:

@@ -60,6 +60,7 @@ def test_a_script_fits_with_or_without_a_main_guard(tmp_path, storage, guarded):
     assert proc.stdout.count("TOP LEVEL RAN IN") == 1, proc.stdout
 
 
+@pytest.mark.slow
 def test_torch_trainer_quickstart_at_top_level(tmp_path):
     """Ray Train's quickstart, imports changed only: TorchTrainer.fit() at the top level, 2 DDP ranks."""
     proc = run_script(os.path.join(SCRIPTS, "torch_quickstart.py"), tmp_path, timeout=400)

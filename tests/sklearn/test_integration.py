@@ -101,6 +101,7 @@ def test_folds_run_as_joblib_tasks_on_the_dask_workers_without_deadlock(kw, dask
     assert not [t for t in ts2.data if "fold_task" in str(t["key"])]  # n_jobs=None: folds in the trial's process
 
 
+@pytest.mark.slow
 def test_example_script_without_main_guard_runs(tmp_path):
     """scikit-learn's examples have no main guard; neither has ours: the embedded cluster's workers skip __main__."""
     out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "sklearn_digits.py")], capture_output=True,

@@ -60,6 +60,7 @@ def _distinct_colours(png: bytes) -> int:
     return len(set(img.getdata()))
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_mlflow_ui_opens_the_sweep_right(chromium, dask_client, storage, tmp_path, monkeypatch):
     """Classic view, the saved view's metric and parameter columns (wide enough for whole values), the runs grouped

@@ -68,7 +68,7 @@ def train_linear(config: dict) -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss) * len(x)
+            total += loss.item() * len(x)
             n += len(x)
         train.report({"loss": total / max(n, 1)})
 
@@ -82,3 +82,76 @@ def failing_preprocess(df):
     if len(df) and int(df["id"].iloc[0]) == 30:
         raise ValueError("bad row in the input")
     return df
+
+
+class PeakRSS:
+    """The largest resident set size of this process while the block runs, sampled every few milliseconds."""
+
+    def __init__(self, every_s: float = 0.005) -> None:
+        import threading
+
+        import psutil
+
+        self._proc = psutil.Process()
+        self._every = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.before = self.peak = self._proc.memory_info().rss
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._proc.memory_info().rss)
+
+
+def stream_and_measure(config: dict) -> None:
+    """Two epochs over the shard as torch batches; reports this rank's RSS before and at its peak."""
+    import torch
+
+    ctx = train.get_context()
+    shard = train.get_dataset_shard("train")
+    rows = 0
+    with PeakRSS() as mem:
+        for _ in range(2):
+            for batch in shard.iter_torch_batches(batch_size=4096, dtypes=torch.float32):
+                rows += len(batch["f0"])
+    path = os.path.join(ctx.get_trial_dir(), f"mem{ctx.get_world_rank()}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"before": mem.before, "peak": mem.peak, "rows": rows}, f)
+    train.report({"rows": rows})
+
+
+def read_on_tls(config: dict) -> None:
+    """Reads the shard; reports the scheduler's address scheme the rank's Dask client used."""
+    from distributed import get_worker
+
+    rows = sum(len(b["id"]) for b in train.get_dataset_shard().iter_batches(batch_size=10))
+    train.report({"rows": rows, "scheme": get_worker().scheduler.address.split("://")[0]})
+
+
+def gpu_batches(config: dict) -> None:
+    """Reads tensors with device="auto" (and with collate_fn); reports where they landed and a step's loss."""
+    import torch
+
+    from tuneplat.train.torch import get_device, prepare_model
+
+    model = prepare_model(torch.nn.Linear(2, 1))
+    shard = train.get_dataset_shard("train")
+    devices = set()
+    loss = torch.zeros(())
+    for batch in shard.iter_torch_batches(batch_size=32, dtypes=torch.float32):
+        devices |= {str(t.device) for t in batch.values()}
+        x = torch.stack([batch["a"], batch["b"]], dim=1)
+        loss = torch.nn.functional.mse_loss(model(x).squeeze(1), batch["y"])
+        loss.backward()
+    collated = next(iter(shard.iter_torch_batches(batch_size=8, collate_fn=lambda b: torch.as_tensor(b["a"]))))
+    train.report({"devices": sorted(devices), "device": str(get_device()), "loss": loss.item(),
+                  "collated": str(collated.device)})

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 import torch
 
 import tuneplat as tune
 
 
+@pytest.mark.slow
 def test_digits_example_sweep_and_trainer(dask_client, storage):
     from examples import digits_ddp
 

@@ -29,6 +29,7 @@ def _assert_same_params(trial_path: str) -> None:
         assert torch.equal(r0[key], r1[key]), f"{key} differs between the ranks"
 
 
+@pytest.mark.slow
 def test_guide_trains_on_two_ranks_and_reports_checkpoints(dask_client, storage):
     trainer = TorchTrainer(fw.hf_guide, train_loop_config={"epochs": 2}, scaling_config=ScalingConfig(num_workers=2),
                            run_config=_rc(storage, "hf"), client=dask_client)
@@ -46,6 +47,7 @@ def test_guide_trains_on_two_ranks_and_reports_checkpoints(dask_client, storage)
     assert not os.path.exists("test_trainer")
 
 
+@pytest.mark.slow
 def test_asha_stops_bad_trials_early(dask_client, storage):
     grid = tune.Tuner(
         TorchTrainer(fw.hf_guide, scaling_config=ScalingConfig(num_workers=2)),
@@ -60,6 +62,7 @@ def test_asha_stops_bad_trials_early(dask_client, storage):
     assert iterations[0] < 3, f"ASHA stopped no trial: {iterations}"
 
 
+@pytest.mark.slow
 def test_deprecated_transformers_trainer(dask_client, storage):
     from examples.huggingface_transformers import GeneratedReviews
     from tuneplat.train.huggingface import TransformersTrainer

@@ -21,6 +21,7 @@ def _rc(storage: str, name: str) -> tune.RunConfig:
     return tune.RunConfig(name=name, storage_path=storage, verbose=0, mlflow=False)
 
 
+@pytest.mark.slow
 def test_guide_trains_on_two_ranks_and_reports_each_epoch(dask_client, storage):
     trainer = TorchTrainer(fw.lightning_guide, train_loop_config={"max_epochs": 3},
                            scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "pl"),
@@ -41,6 +42,7 @@ def test_guide_trains_on_two_ranks_and_reports_each_epoch(dask_client, storage):
     assert not os.path.exists("lightning_logs")
 
 
+@pytest.mark.slow
 def test_asha_stops_bad_trials_early(dask_client, storage):
     grid = tune.Tuner(
         TorchTrainer(fw.lightning_guide, scaling_config=ScalingConfig(num_workers=2)),

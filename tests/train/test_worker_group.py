@@ -187,6 +187,7 @@ def test_importing_tuneplat_does_not_import_torch():
     assert out.strip() == "False"
 
 
+@pytest.mark.slow
 def test_data_loader_workers_start_after_a_crash_restarted_the_embedded_clusters_workers(storage):
     # a nanny reads `distributed.worker.daemon` each time it starts a worker process: the embedded cluster keeps it
     # False for its whole life, so a worker restarted after a crash can still start DataLoader processes

@@ -13,6 +13,7 @@ from ._plot import _add_plot_parser, _cmd_plot
 from ._resume import _cmd_resume
 from ._run import _EPILOG_RUN, _cmd_run
 from ._simulate import _cmd_simulate
+from ._stacks import _cmd_stacks
 from ._status import _cmd_status, _status_options
 
 _EPILOG_MAIN = """\
@@ -108,6 +109,21 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="machine-readable output")
     _status_options(st)
 
+    sk = sub.add_parser(
+        "stacks",
+        help="Python stacks of a running experiment's ranks",
+        description="Ask the tuner running an experiment for the Python stacks of every rank of its running "
+        "trials (or of one trial), print them, and keep them in the trial folder (stacks/), the journal and the "
+        "trial's MLflow run.",
+        epilog="examples:\n  tuneplat stacks ./tuneplat_results/digits-asha\n"
+        "  tuneplat stacks ./tuneplat_results/digits-asha --trial 5ae03_00003",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sk.add_argument("experiment_dir", help="the folder of a running experiment")
+    sk.add_argument("--trial", metavar="ID", help="only this trial")
+    sk.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the tuner's answer (30)")
+    sk.add_argument("--json", action="store_true", help="machine-readable output")
+
     best = sub.add_parser(
         "best",
         help="best trial of an experiment",
@@ -166,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     _setup_logging(getattr(args, "verbose", False))
     handler = {"run": _cmd_run, "resume": _cmd_resume, "status": _cmd_status, "best": _cmd_best,
-               "simulate": _cmd_simulate, "plot": _cmd_plot}[args.command]
+               "simulate": _cmd_simulate, "plot": _cmd_plot, "stacks": _cmd_stacks}[args.command]
     try:
         return handler(args)
     except _Fail as exc:

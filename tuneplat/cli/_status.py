@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from ._common import EXIT_OK, _Fail, _fmt, _jsonable, _load_grid, _out, _table
+from ._common import EXIT_OK, _Fail, _fmt, _is_running, _jsonable, _load_grid, _out, _table
 
 
 def _elastic(meta: dict[str, Any]) -> bool:
@@ -35,6 +35,9 @@ def _trial_json(r: Any) -> dict[str, Any]:
 def _status_options(st: argparse.ArgumentParser) -> None:
     st.add_argument("--trial", metavar="ID", help="show one trial in full: config, last result, error with its "
                     "traceback, stop reason, checkpoint, MLflow run")
+    st.add_argument("--workers", action="store_true",
+                    help="one row per rank: host, pid, device, state, seconds since its last report, steps/s, "
+                    "samples/s, data wait, CPU %%, memory, GPU (live while the experiment runs)")
     st.add_argument("--csv", nargs="?", const="-", metavar="FILE",
                     help="write the trials table (config and last result flattened) as CSV to FILE (- or no "
                     "FILE: standard output)")
@@ -185,6 +188,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 raise _Fail(f"{target} is a storage path holding {len(experiments)} experiment(s); --trial and --csv "
                             f"need one of them, e.g. tuneplat status {experiments[0]} --csv")
             return _status_storage(target, experiments, args.json)
+    if getattr(args, "workers", False):
+        return _status_workers(target, args.trial, args.json)
     grid, meta = _load_grid(target)
     if args.trial:
         return _status_trial(grid, meta, args.trial, args.json)
@@ -239,4 +244,27 @@ def _cmd_status(args: argparse.Namespace) -> int:
     head = " | ".join(f"{n} {s}" for s, n in counts.items())
     _out(f"== {meta.get('name') or os.path.basename(meta['path'])}: {len(grid)} trials | {head} | {meta['status']} ==")
     _out(_table(cols, rows))
+    return EXIT_OK
+
+
+def _status_workers(target: str, trial: str | None, as_json: bool) -> int:
+    """``tuneplat status EXP --workers``: the per-rank table the tuner keeps in ``workers.json``."""
+    import time
+
+    from ..execution._observe import WORKER_COLUMNS, read_workers, worker_rows
+
+    if not os.path.isfile(os.path.join(target, "journal.jsonl")):
+        raise _Fail(f"{target} is not an experiment folder (no journal.jsonl)")
+    doc = read_workers(target) or {"running": {}, "finished": {}}
+    if trial:
+        doc = {k: ({t: v for t, v in doc.get(k, {}).items() if t == trial} if isinstance(doc.get(k), dict) else v)
+               for k, v in doc.items()}
+    if as_json:
+        _out(json.dumps({"experiment": target, "running_now": _is_running(target), **doc}, indent=2, default=str))
+        return EXIT_OK
+    rows = worker_rows(doc, time.time())
+    if not rows:
+        _out(f"no ranks recorded in {target} (workers.json is written while trials run)")
+        return EXIT_OK
+    _out(_table(WORKER_COLUMNS, rows))
     return EXIT_OK

@@ -42,6 +42,12 @@ class ControllerCallback:
 
     def on_experiment_end(self, ctrl: Any, status: str) -> None: ...
 
+    def on_system_metrics(self, ctrl: Any, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
+        """CPU %, memory and GPU samples of a running trial's ranks (``train/_telemetry.py``)."""
+
+    def on_stacks(self, ctrl: Any, trial: Any, path: str | None, summary: str, reason: str) -> None:
+        """The Python stacks of a trial's ranks were captured into ``path`` (a hang, or ``tuneplat stacks``)."""
+
 
 #: The name ``tuneplat.tracking`` imports; the public ``tuneplat.Callback`` is the Ray-style one.
 Callback = ControllerCallback

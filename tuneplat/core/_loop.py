@@ -55,8 +55,10 @@ from ..execution._executor import (
     Outcome,
     Preempted,
     RankFailed,
+    RankStats,
     Reported,
     Saved,
+    StacksCaptured,
     Started,
     Starved,
     TrialExecutor,
@@ -67,6 +69,7 @@ from ..storage._checkpoint import Checkpoint
 from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
 from ..tracking._progress import ProgressReporter
 from ._journal import Journal, to_jsonable
+from ._oom import OOM, failure_kind, shrink_config
 from ._stop import MetricCheck, StopRules
 from ._trial import Trial, TrialStatus
 
@@ -165,6 +168,9 @@ class TuneLoop:
         self.reporter = ProgressReporter(self.metric, self.mode, run_config.verbose, run_config.progress_interval_s)
         self.stop_grace_s = env_seconds("TUNEPLAT_STOP_GRACE_S", 5)  # a stopped trial that does not report
         self.journal: Journal | None = None
+        self._stats_journaled: dict[str, float] = {}  # trial id -> when its system metrics were last journaled
+        # system metrics reach the journal at most this often per trial (every sample goes to the callbacks/MLflow)
+        self._stats_journal_s = env_seconds("TUNEPLAT_SYSTEM_METRICS_JOURNAL_S", 60)
         self._looping = False
         #: where a re-run moved the previous run of this experiment (the MLflow mirror renames its parent run)
         self.previous_run_dir: str | None = None
@@ -399,6 +405,45 @@ class TuneLoop:
                                 "checkpointing, then resizing")
         elif isinstance(event, Starved):
             self._starve(event.message)
+        elif isinstance(event, RankStats):
+            self._on_rank_stats(event)
+        elif isinstance(event, StacksCaptured):
+            self._on_stacks(event)
+
+    def _on_rank_stats(self, event: RankStats) -> None:
+        """System metrics of a trial's ranks: to the callbacks (MLflow's system metrics), to the journal rarely."""
+        trial = self.by_id.get(event.trial_id)
+        if trial is None:
+            return
+        for cb in self.callbacks:
+            hook = getattr(cb, "on_system_metrics", None)
+            if hook is not None:
+                try:
+                    hook(self, trial, event.system, event.timestamp)
+                except Exception:  # noqa: BLE001 - observability must never end an experiment
+                    logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
+        last = self._stats_journaled.get(event.trial_id, 0.0)
+        if event.timestamp - last >= self._stats_journal_s:
+            self._stats_journaled[event.trial_id] = event.timestamp
+            assert self.journal is not None
+            self.journal.append({"event": "system_metrics", "trial_id": event.trial_id, "timestamp": event.timestamp,
+                                 "ranks": {str(k): v for k, v in event.system.items()}})
+
+    def _on_stacks(self, event: StacksCaptured) -> None:
+        """Stacks of a trial's ranks were captured (a hang, or ``tuneplat stacks``): journal them, tell MLflow."""
+        assert self.journal is not None
+        self.journal.append({"event": "stacks", "trial_id": event.trial_id, "path": event.path,
+                             "summary": event.summary, "reason": event.reason})
+        trial = self.by_id.get(event.trial_id)
+        if trial is None:
+            return
+        for cb in self.callbacks:
+            hook = getattr(cb, "on_stacks", None)
+            if hook is not None:
+                try:
+                    hook(self, trial, event.path, event.summary, event.reason)
+                except Exception:  # noqa: BLE001
+                    logger.debug("tuneplat: on_stacks failed", exc_info=True)
 
     def _finished(self) -> bool:
         if self.running or (self.queue and not self.stopping):
@@ -958,23 +1003,65 @@ class TuneLoop:
     def _on_failure(self, trial: Trial, run: _Running | None, message: str, tb: str | None) -> None:
         assert self.journal is not None
         trial.num_failures += 1
-        max_failures = self.rc.failure_config.max_failures  # type: ignore[union-attr]
-        retry = (not self.stopping and not trial.no_retry
-                 and (max_failures == -1 or trial.num_failures <= max_failures))
-        self.journal.append({"event": "trial_failure", "trial_id": trial.trial_id,
-                             "attempt": run.attempt if run is not None else trial.attempts - 1,
-                             "message": message, "traceback": tb, "retry": retry})
+        fc = self.rc.failure_config
+        assert fc is not None
+        max_failures = fc.max_failures
+        kind = failure_kind(message, tb)
+        trial.error_kind = kind
+        shrunk = self._oom_shrink(trial, message) if kind == OOM else None
+        if shrunk is not None:
+            trial.num_failures -= 1  # an OOM retry has its own budget (FailureConfig.max_oom_retries)
+        retry = shrunk is not None or (not self.stopping and not trial.no_retry
+                                       and (max_failures == -1 or trial.num_failures <= max_failures))
+        failure: dict[str, Any] = {"event": "trial_failure", "trial_id": trial.trial_id,
+                                   "attempt": run.attempt if run is not None else trial.attempts - 1,
+                                   "message": message, "traceback": tb, "retry": retry}
+        if kind is not None:
+            failure["kind"] = kind
+        if shrunk is not None:
+            failure["oom_retry"] = True
+        self.journal.append(failure)
+        if shrunk is not None:
+            old, change = shrunk
+            self.journal.append({"event": "oom_retry", "trial_id": trial.trial_id, "retry": trial.oom_retries,
+                                 "change": to_jsonable(change), "old_config": to_jsonable(old),
+                                 "new_config": to_jsonable(trial.config), "config_pickle": _pickle_hex(trial.config)})
         for cb in self.callbacks:
             cb.on_trial_failure(self, trial, message, retry)
+        if shrunk is not None:
+            changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in shrunk[1].items())
+            self.reporter.event(f"trial {trial.trial_id} ran out of memory; retrying with {changes} "
+                                f"(OOM retry {trial.oom_retries} of {fc.max_oom_retries})")
+            trial.status = TrialStatus.PENDING
+            self.queue.append(trial)
+            return
         if retry:
             self.reporter.event(f"trial {trial.trial_id} failed ({message}); retrying from its latest checkpoint")
             trial.status = TrialStatus.PENDING
             self.queue.append(trial)
             return
-        trial.error, trial.error_traceback = message, tb
+        trial.error, trial.error_traceback = (f"out of memory (OOM): {message}" if kind == OOM else message), tb
         self._end_trial(trial, TrialStatus.ERROR)
         if self.rc.failure_config.fail_fast and not self.fail_fast_error:  # type: ignore[union-attr]
             self._fail_experiment(f"trial {trial.trial_id} failed: {message}", prefix="fail_fast: ")
+
+    def _oom_shrink(self, trial: Trial, message: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """FailureConfig(oom_halve=...): shrink the trial's config for another try; None when it is not retried."""
+        fc = self.rc.failure_config
+        assert fc is not None
+        if fc.oom_halve is None or self.stopping or trial.no_retry or trial.oom_retries >= fc.max_oom_retries:
+            return None
+        try:
+            shrunk = shrink_config(trial.config, fc.oom_halve, fc.oom_double)
+        except ValueError as exc:
+            self.reporter.say(f"tuneplat: trial {trial.trial_id} ran out of memory and cannot be shrunk: {exc}")
+            return None
+        if shrunk is None:
+            return None  # the key is missing or already at its smallest: it ends as an OOM error
+        old = trial.config
+        trial.config, change = shrunk
+        trial.oom_retries += 1
+        return old, change
 
     def _fail_experiment(self, message: str, prefix: str = "") -> None:
         """End the experiment because of one trial's failure; the others stay restorable."""
@@ -993,13 +1080,16 @@ class TuneLoop:
         end: dict[str, Any] = {"event": "trial_end", "trial_id": trial.trial_id, "status": status.value,
                                "error": trial.error, "traceback": trial.error_traceback,
                                "stop_reason": trial.stop_reason, "iteration": trial.iteration}
+        if status is TrialStatus.ERROR and trial.error_kind is not None:
+            end["error_kind"] = trial.error_kind
         if trial.resumable:
             end["resumable"] = True
         self.journal.append(end)
         if status is TrialStatus.ERROR:
             error_file = self._write_error_file(trial)
             self.scheduler.on_trial_error(trial.trial_id)
-            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True)
+            info = {"oom": True} if trial.error_kind == OOM and _takes_info(self.searcher) else {}
+            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True, **info)
             self.reporter.trial_error(trial, error_file)
         elif trial.resumable:
             pass  # not complete: the searcher and scheduler keep it as it was, for a restore
@@ -1127,6 +1217,17 @@ class TuneLoop:
         self.journal.append(event)
         for cb in self.callbacks:
             cb.on_trial_exploit(self, trial, event)
+
+
+def _takes_info(searcher: Any) -> bool:
+    """Whether the searcher's ``on_trial_complete`` takes extra keyword information (``**info``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(searcher.on_trial_complete).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 _COMMIT_POLL_S = 0.005  # how often the loop looks at remote commits in flight

@@ -230,6 +230,10 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
             t.status = TrialStatus.PAUSED
         elif kind == "trial_failure":
             t.num_failures += 1
+        elif kind == "oom_retry":  # FailureConfig(oom_halve=...): the trial runs on with a smaller config
+            t.config = _config(ev, "new_config", trusted)
+            t.oom_retries += 1
+            t.num_failures -= 1  # (its trial_failure line counted it; OOM retries have their own budget)
         elif kind == "exploit":
             t.config = _config(ev, "new_config", trusted)
             t.lineage.append({k: v for k, v in ev.items() if k not in ("event", "config_pickle")})
@@ -239,6 +243,7 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
             t.status = TrialStatus(ev["status"])
             t.error = ev.get("error")
             t.error_traceback = ev.get("traceback")
+            t.error_kind = ev.get("error_kind")
             t.stop_reason = ev.get("stop_reason")
             t.resumable = bool(ev.get("resumable"))
     for t in trials.values():

@@ -56,6 +56,8 @@ class Trial:
     error: str | None = None
     error_traceback: str | None = None
     num_failures: int = 0
+    error_kind: str | None = None  # "oom": its last failure was out of memory (GPU or host)
+    oom_retries: int = 0  # times it was shrunk (FailureConfig.oom_halve) and retried
     attempts: int = 0
     checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(default_factory=list)
     stop_reason: str | None = None

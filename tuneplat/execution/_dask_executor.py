@@ -35,6 +35,7 @@ from schedulers import Decision
 
 from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
+from ..train._telemetry import system_metrics_period
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
 from ._cluster import HEAVY_IMPORTS, Assignment, Cluster, Ledger, trainable_imports
 from ._errors import PlacementError
@@ -45,14 +46,20 @@ from ._executor import (
     Outcome,
     Preempted,
     RankFailed,
+    RankStats,
     Reported,
     Saved,
+    StacksCaptured,
     Started,
     Starved,
     TrialExecutor,
     TrialSpec,
 )
+from ._gpu_memory import GPU_MEMORY, as_gpu_share, device_memory_bytes
+from ._observe import WorkerBoard, rank_row
 from ._runner import run_rank
+from ._stacks import RankRef
+from ._stacks import capture as capture_stacks
 from ._wire import send_msg
 
 __all__ = ["DaskTrialExecutor"]
@@ -80,6 +87,8 @@ class _Rank:
     started_ack: bool = True  # a chained rank acknowledged "next" (user code runs): False until then
     conn_shut: bool = False  # we shut its connection down (group aborted): its runner cannot take more
     request: Mapping[str, float] | None = None  # what the rank was placed with (None: the experiment's request)
+    stats: dict[str, Any] | None = None  # what its last heartbeat said (train/_telemetry.py)
+    system_seen: float = 0.0  # the sample time of the last system metrics passed to the loop
 
 
 @dataclass
@@ -100,6 +109,8 @@ class _Group:
     go_sent: bool = False  # "go" went to a rank: user code runs
     started_ok: bool = False  # every rank connected once
     waiting_answer: int | None = None  # the iteration whose report the loop has not answered yet
+    first_report: dict[int, float] = field(default_factory=dict)  # iteration -> when its first rank reported
+    path: str = ""  # the trial's folder
     elastic: bool = False  # ScalingConfig(num_workers=(min, max)): it may end to start again at another size
     answer_staged: bool = False  # the report waiting for its answer carried a checkpoint
     preempted: str | None = None  # why (a rank's worker is leaving): resize once a checkpoint is committed
@@ -190,9 +201,14 @@ class DaskTrialExecutor(TrialExecutor):
         self.start_timeout_s = env_seconds("TUNEPLAT_START_TIMEOUT_S", 90)
         self.hang_timeout_s = env_seconds("TUNEPLAT_HEARTBEAT_TIMEOUT_S", 30)
         self.abort_grace_s = env_seconds("TUNEPLAT_ABORT_GRACE_S", 15)
+        # a rank that has not reached report() this long after another rank of its group did is hung (a deadlock)
+        self.report_timeout_s = env_seconds("TUNEPLAT_REPORT_TIMEOUT_S", 1800)
+        self.system_metrics_s = system_metrics_period()
+        self.board: WorkerBoard | None = None
         self.starve_timeout_s = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)
         self.waiting = 0  # trials besides the one being placed that wait for room (the loop's set_waiting)
         self.groups: dict[str, _Group] = {}
+        self._device_bytes: float | None = None  # memory of the cluster's (smallest) GPU, looked up when needed
         self.idle: list[_Rank] = []
         self.task_owner: dict[str, tuple[_Group, _Rank]] = {}
         self.tokens: dict[bytes, _Group] = {}
@@ -215,8 +231,10 @@ class DaskTrialExecutor(TrialExecutor):
 
     # ------------------------------------------------------------------ setup
     def setup(self, ctx: ExecutorContext) -> None:
+        ctx.request = self._gpu_share(ctx.request)  # {"GPU_memory": bytes} -> the share of a device it is
         self.ctx = ctx
         self.trainable = ctx.trainable
+        self.board = WorkerBoard(ctx.experiment_dir) if ctx.experiment_dir else None
         imports = trainable_imports(ctx.raw_trainable, ctx.trainable)
         #: slow imports the first trials pay for (the progress line names them until the first report)
         self.heavy_imports = sorted({m.split(".")[0] for m in imports} & HEAVY_IMPORTS)
@@ -313,7 +331,7 @@ class DaskTrialExecutor(TrialExecutor):
     def reserve(self, request: Mapping[str, float] | None = None,
                 world_size: int | None = None) -> _Reservation | None:
         ctx = self.ctx
-        request = dict(ctx.request if request is None else request)
+        request = dict(ctx.request) if request is None else self._gpu_share(request)
         world_size = ctx.world_size if world_size is None else world_size
         if self._nested:  # one group at a time, placed (blocking) at start() by the enclosing trial's tuner
             return None if self.groups or self.idle else _Reservation(request=request, leased=world_size)
@@ -341,7 +359,18 @@ class DaskTrialExecutor(TrialExecutor):
         return _Reservation(placement=placement, request=request)
 
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
-        self.ledger.check_fits_empty(request, world_size, self.ctx.placement_strategy)
+        self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy)
+
+    def _gpu_share(self, request: Mapping[str, float]) -> dict[str, float]:
+        """``GPU_memory`` (bytes) as the share of one of the cluster's devices (see ``_gpu_memory.py``)."""
+        if GPU_MEMORY not in request:
+            return dict(request)
+        if self._device_bytes is None:
+            self._device_bytes = device_memory_bytes() or 0.0
+        try:
+            return as_gpu_share(request, self._device_bytes)
+        except ValueError as exc:
+            raise PlacementError(str(exc)) from None
 
     def _is_elastic(self, request: Mapping[str, float], world_size: int) -> bool:
         """An elastic group: the experiment's ``ScalingConfig(num_workers=(min, max))`` (a trial with resources of
@@ -382,7 +411,7 @@ class DaskTrialExecutor(TrialExecutor):
                 hosts.append(a.host)
         ranks = [_Rank(i, a, request=reservation.request) for i, a in enumerate(placement)]
         elastic = runner is None and self._is_elastic(reservation.request or self.ctx.request, self.ctx.world_size)
-        group = _Group(spec.trial_id, spec.attempt, token, ranks, elastic=elastic)
+        group = _Group(spec.trial_id, spec.attempt, token, ranks, elastic=elastic, path=spec.path)
         self.groups[spec.trial_id] = group
         self.tokens[token_id(token)] = group
         ctx = self.ctx
@@ -402,6 +431,8 @@ class DaskTrialExecutor(TrialExecutor):
                 host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
                 channel_tls=self.channel_tls, trial_io=ctx.trial_io, elastic=group.elastic,
+                system_metrics_s=self.system_metrics_s,
+                rank_hosts=[x.host for x in placement],
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)
@@ -535,6 +566,12 @@ class DaskTrialExecutor(TrialExecutor):
             for r in g.ranks:
                 if r.conn is not None and not r.finished:
                     deadlines.append(r.last_seen + self.hang_timeout_s + 0.01)
+            if g.first_report and self.report_timeout_s > 0 and not g.aborted:
+                deadlines.append(min(g.first_report.values()) + self.report_timeout_s + 0.01)
+        if self.board is not None:
+            board_at = self.board.next_deadline(bool(self.groups))
+            if board_at is not None:
+                deadlines.append(board_at)
         if self._refresh_at is not None:
             deadlines.append(self._refresh_at)
         if self._starved_since is not None:
@@ -549,6 +586,8 @@ class DaskTrialExecutor(TrialExecutor):
         if self._listener is not None:
             self._listener.tick(now)
         self._check_hangs(now)
+        self._check_report_skew(now)
+        self._observe(now)
         if self._refresh_at is not None and now >= self._refresh_at:
             self._refresh_ledger()
         if self._starved_since is not None and not self.groups and now - self._starved_since > self.starve_timeout_s:
@@ -598,6 +637,9 @@ class DaskTrialExecutor(TrialExecutor):
         if self._closed:
             return
         self._closed = True
+        if self.board is not None and self.board.dirty:  # the last view of the ranks (a status after the end)
+            self.board.next_write = 0.0
+            self.board.maybe_write(self.running_rows(), time.monotonic())
         try:
             self._dismiss_idle()
         except Exception:  # noqa: BLE001 - closing anyway
@@ -782,6 +824,8 @@ class DaskTrialExecutor(TrialExecutor):
     def _on_message(self, conn: Conn, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
         if kind == "ping":  # (a chained runner's last ping of its previous trial may come after "done")
+            if len(msg) > 1 and isinstance(msg[1], dict) and conn.rank is not None and not conn.rank.finished:
+                self._on_stats(conn, conn.rank, msg[1])
             return
         group = conn.group
         assert group is not None
@@ -813,8 +857,12 @@ class DaskTrialExecutor(TrialExecutor):
             _, iteration, result, staged = msg
             assert conn.rank is not None
             group.reports.setdefault(iteration, {})[conn.rank.index] = (result, staged)
+            group.first_report.setdefault(iteration, time.monotonic())
+            if self.board is not None:
+                self.board.dirty = True
             if len(group.reports[iteration]) == len(group.ranks):
                 reports = group.reports.pop(iteration)
+                group.first_report.pop(iteration, None)
                 if group.failure or group.aborted:
                     for r in group.ranks:
                         self._send(r, ("abort", group.abort_reason or "the trial's group is being torn down"))
@@ -1021,10 +1069,11 @@ class DaskTrialExecutor(TrialExecutor):
                     continue
                 silent = now - r.last_seen
                 if r.started_ack:
+                    stacks = self._capture(g, f"rank {r.index} hung", silent=[r])
                     r.finished = "dead"
                     self._fail_group(g, f"rank {r.index} on {r.assignment.address} sent nothing for {silent:.0f}s "
                                         f"(hung or stopped, e.g. SIGSTOP; TUNEPLAT_HEARTBEAT_TIMEOUT_S="
-                                        f"{self.hang_timeout_s:g}); its worker process is restarted")
+                                        f"{self.hang_timeout_s:g}); its worker process is restarted{stacks}")
                 else:  # a chained rank whose runner never took it (stuck after its previous trial)
                     r.finished = "lost"
                     g.lost_before_start = True
@@ -1042,6 +1091,96 @@ class DaskTrialExecutor(TrialExecutor):
                 self._restart_worker(r)
                 self._forget_rank(r)
                 self._maybe_end_group(g)
+
+    def _check_report_skew(self, now: float) -> None:
+        """A rank that has not reached ``report()`` long after another rank of its group did is hung (deadlocked).
+
+        Its heartbeats still arrive (its heartbeat thread runs), so only this tells it:
+        the stacks of every rank are captured, the trial fails naming where each rank
+        was, and the hung ranks' worker processes are restarted.
+        """
+        if self.report_timeout_s <= 0:
+            return
+        for g in list(self.groups.values()):
+            if g.aborted or not g.first_report:
+                continue
+            iteration, since = min(g.first_report.items(), key=lambda kv: kv[1])
+            if now - since <= self.report_timeout_s:
+                continue
+            arrived = set(g.reports.get(iteration, {}))
+            missing = [r for r in g.ranks if r.index not in arrived and not r.finished]
+            g.first_report.clear()
+            if not missing:
+                continue
+            stacks = self._capture(g, "report timeout")
+            names = ", ".join(str(r.index) for r in missing)
+            self._fail_group(g, f"rank(s) {names} did not reach report() of iteration {iteration} within "
+                                f"{self.report_timeout_s:g}s of rank(s) {sorted(arrived)} (a deadlock, or a rank far "
+                                f"slower than the others; TUNEPLAT_REPORT_TIMEOUT_S sets this limit); their worker "
+                                f"processes are restarted{stacks}")
+            for r in missing:
+                r.finished = "dead"
+                if r.channel is not None:
+                    self._drop_conn(r.channel)
+                r.conn = None
+                r.channel = None
+                self.ledger.quarantine(r.assignment.address)
+                self._restart_worker(r)
+                self._forget_rank(r)
+            self._maybe_end_group(g)
+
+    def _capture(self, group: _Group, reason: str, silent: list[_Rank] | None = None) -> str:
+        """Capture the stacks of ``group``'s ranks (``silent`` ones do not answer their worker); text for an error."""
+        refs = [RankRef(r.index, r.assignment.address, r.pid, r.hostname, responsive=not silent or r not in silent)
+                for r in group.ranks if r.ever_connected and r.finished is None]
+        if not refs or not group.path:
+            return ""
+        try:
+            path, summary = capture_stacks(self.client, group.trial_id, group.path, refs, reason)
+        except Exception:  # noqa: BLE001 - never let a diagnostic hide the failure itself
+            logger.warning("tuneplat: capturing the stacks of trial %s failed", group.trial_id, exc_info=True)
+            return ""
+        self._events.append(StacksCaptured(group.trial_id, path, summary, reason))
+        return f". Stacks: {summary}" + (f" (all threads in {path})" if path else "")
+
+    # ------------------------------------------------------------------ per-rank view
+    def _on_stats(self, conn: Conn, rank: _Rank, stats: dict[str, Any]) -> None:
+        rank.stats = stats
+        group = conn.group
+        if self.board is not None:
+            self.board.dirty = True
+        at = stats.get("system_at")
+        if group is None or not isinstance(at, (int, float)) or at <= rank.system_seen or not stats.get("system"):
+            return
+        rank.system_seen = float(at)
+        self._events.append(RankStats(group.trial_id, {rank.index: dict(stats["system"])}, float(at)))
+
+    def running_rows(self) -> dict[str, list[dict[str, Any]]]:
+        """The per-rank table of the running trials (``tuneplat status --workers``, the live view)."""
+        return {tid: [rank_row(tid, r) for r in g.ranks] for tid, g in self.groups.items()}
+
+    def _observe(self, now: float) -> None:
+        board = self.board
+        if board is None:
+            return
+        for nonce, body in board.take_requests(now):
+            wanted = body.get("trial_id")
+            answer: dict[str, Any] = {}
+            for tid, g in list(self.groups.items()):
+                if wanted and tid != wanted:
+                    continue
+                stacks = self._capture(g, "requested")
+                path = self._events[-1].path if stacks and isinstance(self._events[-1], StacksCaptured) else None
+                text = None
+                if path:
+                    try:
+                        with open(path, encoding="utf-8") as f:
+                            text = f.read()
+                    except OSError:
+                        pass
+                answer[tid] = {"summary": stacks, "path": path, "text": text}
+            board.answer(nonce, {"trials": answer, "running": sorted(self.groups)})
+        board.maybe_write(self.running_rows(), now)
 
     def _restart_worker(self, rank: _Rank) -> None:
         """End a hung worker process so its nanny starts a fresh one.
@@ -1135,6 +1274,9 @@ class DaskTrialExecutor(TrialExecutor):
                 self._release(r)
         group.ended = True
         self.groups.pop(group.trial_id, None)
+        if self.board is not None:
+            self.board.ended(group.trial_id, [rank_row(group.trial_id, r, state=r.finished or "done")
+                                              for r in group.ranks])
         for a in group.leases:  # its nested group's ranks end with it (they lose their tuner)
             self.ledger.release(a)
         group.leases.clear()

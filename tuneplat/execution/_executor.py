@@ -31,8 +31,10 @@ __all__ = [
     "Outcome",
     "Preempted",
     "RankFailed",
+    "RankStats",
     "Reported",
     "Saved",
+    "StacksCaptured",
     "Started",
     "Starved",
     "TrialExecutor",
@@ -175,7 +177,29 @@ class Starved:
     message: str
 
 
-Event = Started | Reported | Saved | RankFailed | Preempted | Ended | Starved
+@dataclass(frozen=True)
+class RankStats:
+    """Fresh system metrics of a running trial's ranks (CPU %, memory, GPU; see ``train/_telemetry.py``).
+
+    ``system`` maps a rank to its metrics (MLflow's names without the ``system/`` prefix).
+    """
+
+    trial_id: str
+    system: dict[int, dict[str, float]]
+    timestamp: float
+
+
+@dataclass(frozen=True)
+class StacksCaptured:
+    """The Python stacks of a trial's ranks were written to ``path`` (a hang, or a user's request)."""
+
+    trial_id: str
+    path: str | None
+    summary: str
+    reason: str
+
+
+Event = Started | Reported | Saved | RankFailed | Preempted | Ended | Starved | RankStats | StacksCaptured
 
 
 class TrialExecutor(abc.ABC):

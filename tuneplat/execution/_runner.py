@@ -17,6 +17,7 @@ from typing import Any
 
 from .._settings import env_seconds
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
+from . import _stacks
 from ._channel import TokenRefused, connect
 from ._trial_io import apply_trial_io
 from ._wire import recv_msg, send_msg
@@ -404,11 +405,15 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
     chainable = may_chain and spec.world_size == 1
     idle = False
     backend, pg_timeout_s = _torch_settings(trainable, spec)
+    _stacks.register(spec.trial_id, spec.rank)
+    _stacks.arm(spec.trial_id, spec.rank, spec.trial_dir)
     try:
         if spec.world_size > 1:
+            session.monitor.state = "rendezvous"
             store, group_sockets = _setup_process_group(session, backend, pg_timeout_s)
         elif spec.gpu_ids:
             _pin_gpu(spec)
+        session.monitor.state = "training"
         with apply_trial_io(spec.trial_io, spec.trial_dir):
             _call(trainable, spec.config)
         chainable = chainable and not _others_wait()
@@ -433,6 +438,8 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             except Exception:  # noqa: BLE001 - the trial's outcome is decided; keep the worker healthy
                 logger.warning("tuneplat: a trial's cleanup failed", exc_info=True)
         heartbeat.detach(session)
+        _stacks.unregister(spec.trial_id, spec.rank)
+        _stacks.disarm(spec.trial_id, spec.rank)
         _reset_framework_state()
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)

@@ -868,7 +868,8 @@ def plot_pareto_front(source: Any, metrics: Sequence[str] | None = None, modes: 
             (default: the experiment's ``TuneConfig(metric=[...], mode=[...])``).
 
     Returns:
-        A Figure: all trials (gid ``"trials"``), the front (gid ``"front"``).
+        A Figure: the trials that ran to their end (gid ``"trials"``), those a scheduler stopped early
+        (MO-ASHA; hollow, gid ``"stopped"``: their values are at a lower fidelity), the front (gid ``"front"``).
     """
     from ..search._pareto import pareto_front
 
@@ -884,8 +885,15 @@ def plot_pareto_front(source: Any, metrics: Sequence[str] | None = None, modes: 
         raise PlotError(f"{exp.path}: no trial reported all of {ms}.")
     fig = _figure(7, 5.5)
     ax = fig.add_subplot()
-    ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, c="#9e9e9e", label=f"trials ({len(pts)})",
+    # trials a scheduler stopped early (MO-ASHA, HyperBand) show their values at a lower fidelity: hollow
+    early = [bool(getattr(t, "stopped_early", False)) for t, r in zip(exp.trials, rows) if r is not None]
+    full = [p for p, e in zip(pts, early) if not e]
+    cut = [p for p, e in zip(pts, early) if e]
+    ax.scatter([p[0] for p in full], [p[1] for p in full], s=14, c="#9e9e9e", label=f"trials ({len(full)})",
                gid="trials")
+    if cut:
+        ax.scatter([p[0] for p in cut], [p[1] for p in cut], s=16, facecolors="none", edgecolors="#9e9e9e",
+                   label=f"stopped early by the scheduler ({len(cut)})", gid="stopped")
     fp = sorted((rows[i][0], rows[i][1]) for i in front if rows[i] is not None)  # type: ignore[index]
     ax.scatter([p[0] for p in fp], [p[1] for p in fp], s=30, c="#d62728", zorder=3, label=f"Pareto front ({len(fp)})",
                gid="front")

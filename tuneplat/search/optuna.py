@@ -64,11 +64,13 @@ from ._space import _strip, format_path, is_grid, iter_leaves, validate_space
 
 __all__ = [
     "JOURNAL_FILE",
+    "OOM_ATTR",
     "STUDY_NAME",
     "TRIAL_ID_ATTR",
     "OptunaPrunerScheduler",
     "OptunaSearch",
     "convert_space",
+    "oom_constraints",
 ]
 
 #: File name of the Optuna journal inside the experiment folder.
@@ -318,6 +320,23 @@ def _require(module: str, sampler: str, pip: str) -> None:
 
     if importlib.util.find_spec(module) is None:
         raise ImportError(f'sampler="{sampler}" needs the {module!r} package: pip install {pip}')
+
+
+#: user attribute set on an Optuna trial whose tuneplat trial ran out of memory (1.0)
+OOM_ATTR = "tuneplat_oom"
+
+
+def oom_constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
+    """A ``constraints_func`` for Optuna's samplers before 5.0: a trial that ran out of memory is infeasible.
+
+    With Optuna >= 5 nothing is needed: an out-of-memory trial gets ``trial.set_constraint("oom", 1.0)``
+    (any sampler that handles constraints reads it). On older Optuna, pass this to the sampler you give
+    :class:`OptunaSearch`, e.g.
+    ``OptunaSearch(sampler=optuna.samplers.NSGAIISampler(constraints_func=oom_constraints))`` (TPE, NSGA-II,
+    NSGA-III and GP samplers take one). Optuna reads values ``<= 0`` as feasible: 1.0 for an out-of-memory
+    trial, 0.0 otherwise.
+    """
+    return [float(trial.user_attrs.get(OOM_ATTR, 0.0))]
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -635,7 +654,20 @@ class OptunaSearch(Searcher):
         ot_trial = self._ot_trials.pop(trial_id, None)
         if ot_trial is None or self._study is None:
             return
-        if error:
+        if error and info.get("oom"):
+            # out of memory: a constraint violation (Optuna >= 5: trial.set_constraint; older: a sampler built with
+            # constraints_func=oom_constraints), so the sampler learns to avoid the region. Told COMPLETE with the
+            # last values it reported; FAIL when it reported none (or nothing would read the constraint).
+            ot_trial.set_user_attr(OOM_ATTR, 1.0)
+            values = self._values(result)
+            constrained = hasattr(ot_trial, "set_constraint")
+            if constrained:
+                ot_trial.set_constraint("oom", 1.0)
+            if values is not None and (constrained or getattr(self._study.sampler, "_constraints_func", None)):
+                self._tell(ot_trial, values if len(values) > 1 else values[0], None)
+            else:
+                self._tell(ot_trial, None, TrialState.FAIL)
+        elif error:
             self._tell(ot_trial, None, TrialState.FAIL)
         elif info.get("pruned"):
             self._tell(ot_trial, None, TrialState.PRUNED)

@@ -86,13 +86,17 @@ class _Hang:
 #: yield this from a curve to make the trial stop reporting (until the tuner aborts it)
 HANG = _Hang()
 
+_real_sleep = _time.sleep  # (what sleep() calls outside virtual trials, even where time.sleep was replaced by it)
+
 
 def sleep(seconds: float) -> None:
     """Let ``seconds`` pass: virtual seconds in a trial of the :class:`VirtualTimeExecutor`, real ones elsewhere.
 
     A trainable that calls it runs unchanged on both executors; on the
     virtual-time one, other trials run (in virtual time) meanwhile, and the
-    iteration's ``time_this_iter_s`` counts the time slept.
+    iteration's ``time_this_iter_s`` counts the time slept. Tests may put it in
+    place of ``time.sleep`` (``monkeypatch.setattr(time, "sleep", sleep)``) to
+    run code that sleeps, such as Ray's examples, in virtual time.
 
     Args:
         seconds: how long, >= 0.
@@ -106,7 +110,7 @@ def sleep(seconds: float) -> None:
     if isinstance(session, _VirtualSession):
         session.sleep(float(seconds))
     else:
-        _time.sleep(seconds)
+        _real_sleep(seconds)
 
 
 def now() -> float:

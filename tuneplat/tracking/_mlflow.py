@@ -1133,6 +1133,7 @@ class MLflowCallback(Callback):
         self.experiment_id: str | None = None  # the MLflow experiment's id, once the uploader made or found it
         self.unlogged: dict[str, int] = {}
         self._superseded: set[str] = set()
+        self._system_steps: dict[tuple[str, int], int] = {}  # (trial, rank) -> last system-metrics step
         self._added = 0  # trials sent to the uploader, and runs it confirmed: the mirror's backlog
         self._created = 0
         self._first_add: float | None = None
@@ -1282,7 +1283,7 @@ class MLflowCallback(Callback):
         self._put("tags", trial.trial_id, {"tuneplat.status": "RUNNING", "tuneplat.attempt": str(trial.attempts - 1)})
         if getattr(ctrl, "min_world_size", None) is not None and trial.world_size:  # an elastic group: size over time
             step = trial.world_sizes[-1][0] if trial.world_sizes else trial.iteration
-            self._put("metrics", trial.trial_id, [("world_size", float(trial.world_size), int(time.time() * 1000),
+            self._put("metrics", trial.trial_id, [("tuneplat/world_size", float(trial.world_size), int(time.time() * 1000),
                                                    int(step))])
             self._put("tags", trial.trial_id, {"tuneplat.world_size": str(trial.world_size)})
 
@@ -1338,6 +1339,27 @@ class MLflowCallback(Callback):
             for ckpt, _metrics in trial.checkpoints:
                 self._put("artifact", tid, ("dir", _artifact_source(ckpt), f"checkpoints/{os.path.basename(ckpt.path)}"))
         self._put("end", tid, _status_for(trial), int(time.time() * 1000))
+
+    def on_system_metrics(self, ctrl: Any, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
+        """Each rank's CPU, memory and GPU samples as MLflow system metrics (``system/rank_<r>/<name>``)."""
+        rows: list[tuple[str, float, int, int]] = []
+        for rank, metrics in ranks.items():
+            step = self._system_steps[(trial.trial_id, rank)] = self._system_steps.get((trial.trial_id, rank), -1) + 1
+            rows.extend((f"system/rank_{rank}/{k}", float(v), int(timestamp * 1000), step)
+                        for k, v in metrics.items() if isinstance(v, (int, float)))
+        if rows:
+            self._put("metrics", trial.trial_id, rows)
+
+    def on_stacks(self, ctrl: Any, trial: Any, path: str | None, summary: str, reason: str) -> None:
+        """Captured stacks of the trial's ranks: an artifact under ``stacks/`` and a tag with the summary."""
+        self._put("tags", trial.trial_id, {"tuneplat.last_stacks": f"{reason}: {summary}"[:4000]})
+        if path:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                return
+            self._put("artifact", trial.trial_id, ("text", text, f"stacks/{os.path.basename(path)}"))
 
     def _relog_last(self, trial: Any) -> None:
         """After a retry, make the run's latest metric values those of the trial's last result."""

@@ -454,12 +454,38 @@ class ProgressReporter:
             if len(trials) > len(shown):
                 lines.append(Text(f"... {len(trials) - len(shown)} more trials (tuneplat status lists them all)",
                                   style="dim"))
+        ranks = self._rank_rows()
+        if ranks:
+            from ..execution._observe import WORKER_COLUMNS
+
+            rt = Table(box=None, pad_edge=False, header_style="bold dim", expand=False, title="ranks",
+                       title_justify="left", title_style="bold")
+            for col in WORKER_COLUMNS:
+                rt.add_column(col, no_wrap=True)
+            for r in ranks[:16]:
+                rt.add_row(*r)
+            lines.append(rt)
+            if len(ranks) > 16:
+                lines.append(Text(f"... {len(ranks) - 16} more ranks (tuneplat status EXP --workers)", style="dim"))
         if self.events:
             lines.append(Panel(Text("\n".join(self.events)), title="last events", title_align="left",
                                border_style="dim", expand=True))
         name = getattr(self._loop, "experiment_name", None)
         return Panel(Group(*lines), title=f"tuneplat: {name}" if name else "tuneplat", title_align="left",
                      border_style="blue")
+
+    def _rank_rows(self) -> list[list[str]]:
+        """One row per rank of the running trials (the executor's per-rank view; none in virtual time)."""
+        rows_of = getattr(getattr(self._loop, "executor", None), "running_rows", None)
+        if rows_of is None:
+            return []
+        try:
+            from ..execution._observe import worker_rows
+
+            return worker_rows({"running": rows_of()}, finished=False)
+        except Exception:  # noqa: BLE001 - the view must never end the experiment
+            logger.debug("tuneplat: rank rows failed", exc_info=True)
+            return []
 
     def _refresh_live(self, trials: Sequence[Trial]) -> None:
         if self._live is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 from ..execution._wire import recv_msg, send_msg
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
+from ._telemetry import RankMonitor
 
 __all__ = [
     "CheckpointUploadMode",
@@ -78,9 +80,11 @@ class RankSpec:
     abort_grace_s: float = 15.0  # after the tuner aborted the group, how long user code may take to unwind
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
+    system_metrics_s: float = 5.0  # how often the rank samples CPU/memory/GPU (0: never); see train/_telemetry.py
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
+    rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
 
 
 class TrainContext:
@@ -129,6 +133,47 @@ class TrainContext:
         return self._spec.attempt if self._spec else 0
 
 
+def gpu_memory() -> dict[str, int]:
+    """This process's GPU memory, when it uses CUDA through torch: ``{}`` otherwise (nothing is imported).
+
+    ``gpu_memory_peak_bytes``: ``torch.cuda.max_memory_allocated()`` of the current device (the peak of torch's
+    allocator since the process started or the peak was reset); ``gpu_memory_process_bytes``: what the driver
+    says this process holds on its devices (NVML, when ``pynvml``/``nvidia-ml-py`` is installed), which includes
+    the CUDA context and cuBLAS/cuDNN workspaces.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    try:
+        if not torch.cuda.is_initialized():
+            return {}
+        out = {"gpu_memory_peak_bytes": int(torch.cuda.max_memory_allocated())}
+    except Exception:  # noqa: BLE001 - memory figures must never fail a report
+        return {}
+    held = _nvml_process_bytes()
+    if held is not None:
+        out["gpu_memory_process_bytes"] = held
+    return out
+
+
+def _nvml_process_bytes() -> int | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        pid, total = os.getpid(), 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory:
+                    total += int(proc.usedGpuMemory)
+        return total
+    except Exception:  # noqa: BLE001 - no driver access (a container): leave it out
+        return None
+
+
 def _plain(value: Any) -> Any:
     """Metric values as plain Python (numpy scalars and 0-d tensors → float/int)."""
     if isinstance(value, (bool, int, float, str)) or value is None:
@@ -166,6 +211,7 @@ class Session:
         self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
+        self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
 
     def send(self, msg: Any) -> None:
         with self.send_lock:
@@ -214,11 +260,15 @@ class Session:
                 pid=self.pid,
                 hostname=self.hostname,
             )
+            result.update(gpu_memory())
         self.last_report_time = now
+        self.monitor.on_report(metrics)
+        self.monitor.state = "reporting"  # waiting for the tuner's decision (every rank of the group reports)
         try:
             reply = self.ask(("report", self.iteration, result, staged))
         except (ConnectionError, OSError) as exc:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
+        self.monitor.state = "training"
         kind = reply[0]
         if kind == "decision":
             # the tuner asks for a checkpoint of this step (a callback set result["should_checkpoint"])
@@ -353,7 +403,11 @@ class Heartbeat:
                 if self._session is not session or session.finished.is_set():
                     continue
             try:
-                session.send(("ping",))
+                try:
+                    stats = session.monitor.snapshot()
+                except Exception:  # noqa: BLE001 - a ping without stats still says the rank is alive
+                    stats = None
+                session.send(("ping", stats) if stats is not None else ("ping",))
             except OSError:
                 if not session.finished.wait(session.spec.abort_grace_s):
                     os._exit(70)
@@ -527,3 +581,27 @@ def get_context() -> TrainContext:
     """
     session = current_session()
     return session.context if session is not None else TrainContext(None)
+
+
+def _monitor() -> RankMonitor | None:
+    session = current_session()
+    return getattr(session, "monitor", None) if session is not None else None
+
+
+def count_samples(n: int, waited_s: float | None = None) -> None:
+    """Count a batch of ``n`` samples (and the time spent waiting for it) for this rank's throughput.
+
+    Called by :func:`tuneplat.train.torch.prepare_data_loader`'s loader for
+    every batch; dataset shards call it too. A no-op outside a trial.
+    """
+    m = _monitor()
+    if m is not None:
+        m.on_batch(n, waited_s)
+
+
+def note_data_wait(seconds: float) -> None:
+    """Add time this rank spent waiting for data without drawing a batch. A no-op outside a trial."""
+    m = _monitor()
+    if m is not None:
+        m.wait_known = True
+        m.data_wait_s += seconds

@@ -163,6 +163,11 @@ def _scaling_from_dict(resources: Mapping[str, Any]) -> ScalingConfig:
     per_worker: dict[str, float] = {}
     for key, value in resources.items():
         name = str(key)
+        if name.lower() == "gpu_memory":  # {"gpu_memory": "10GiB"}: packed by memory (docs/resources.md)
+            from ..execution._gpu_memory import GPU_MEMORY, parse_memory
+
+            per_worker[GPU_MEMORY] = parse_memory(value, f"resources[{key!r}]")
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
             raise ValueError(f"The value of `resources[{key!r}]` is {value!r}, but must be a number >= 0.")
         if name.lower() in _IGNORED_RESOURCES:

@@ -322,7 +322,7 @@ class DataIterator:
             world, rank = ctx.get_world_size(), ctx.get_world_rank()  # read at every epoch: groups may resize
             if seed is None:
                 seed = ctx.get_trial_id()
-            hosts = getattr(session.spec, "hosts", None)
+            hosts = list(getattr(session.spec, "rank_hosts", None) or []) or None  # (stale after a resize: unused)
         client = _rank_client()
         src = self._source
         lengths = src.ensure_lengths(client)

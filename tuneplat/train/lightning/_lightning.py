@@ -110,6 +110,14 @@ def _scalar(value: Any) -> Any:
 class _ReportMixin:
     CHECKPOINT_NAME = "checkpoint.ckpt"
 
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Count the step for the rank's steps/s and samples/s (``tuneplat status --workers``)."""
+        session = _sessions.current_session()
+        if session is not None:
+            from ..torch._torch import _batch_len
+
+            session.monitor.on_batch(_batch_len(batch))
+
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """Save a checkpoint and report it with the epoch's metrics (every rank: a collective)."""
         metrics = {k: _scalar(v) for k, v in trainer.callback_metrics.items()}
@@ -266,9 +274,10 @@ def prepare_trainer(trainer: Any) -> Any:
 def _logs_in_trial_dir(trainer: Any) -> None:
     """A Trainer left at its default root (the current directory) logs and saves inside the trial's folder.
 
-    Ray runs the training function in a per-trial working directory; tuneplat's
-    ranks keep the worker's directory, so the default ``lightning_logs/`` (and
-    the checkpoints Lightning saves there) goes to the trial folder instead.
+    Tune trials run in their trial folder already; a ``TorchTrainer``'s own
+    ``fit()`` keeps the worker's working directory (as Ray Train V2 does): then
+    the default ``lightning_logs/`` (and the checkpoints Lightning saves there)
+    goes to the trial folder instead of that directory.
     """
     session = _sessions.current_session()
     cwd = os.getcwd()

@@ -6,6 +6,7 @@ import collections.abc
 import dataclasses
 import logging
 import multiprocessing
+import time
 from typing import Any
 
 import torch
@@ -180,6 +181,20 @@ def _move(batch: Any, device: torch.device, non_blocking: bool) -> Any:
     return batch
 
 
+def _batch_len(batch: Any) -> int:
+    """How many samples a batch holds (the first dimension of its first tensor; 0 when unknown)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, collections.abc.Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for b in batch:
+            n = _batch_len(b)
+            if n:
+                return n
+    return 0
+
+
 class _PreparedLoader:
     """Iterates the (re-sharded) loader: advances the sampler's epoch per pass, moves batches."""
 
@@ -198,11 +213,24 @@ class _PreparedLoader:
                 sampler.set_epoch(self._passes)
             self._last_epoch = sampler.epoch
         self._passes += 1
-        if self._device is None:
-            yield from self._loader
+        monitor = getattr(_session(), "monitor", None)
+        if monitor is None:  # outside a trial: nothing to count
+            if self._device is None:
+                yield from self._loader
+                return
+            for batch in self._loader:
+                yield _move(batch, self._device, self._non_blocking)
             return
-        for batch in self._loader:
-            yield _move(batch, self._device, self._non_blocking)
+        it = iter(self._loader)
+        clock = time.perf_counter
+        while True:  # time spent waiting for each batch vs in the training step (the rank's per-worker view)
+            t0 = clock()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            monitor.on_batch(_batch_len(batch), clock() - t0)
+            yield batch if self._device is None else _move(batch, self._device, self._non_blocking)
 
     def __len__(self) -> int:
         return len(self._loader)

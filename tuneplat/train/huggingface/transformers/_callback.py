@@ -49,6 +49,12 @@ class RayTrainReportCallback(TrainerCallback):
 
     CHECKPOINT_NAME = CHECKPOINT_NAME
 
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Count the optimizer step for the rank's steps/s and samples/s (``tuneplat status --workers``)."""
+        session = _sessions.current_session()
+        if session is not None:
+            session.monitor.on_batch(int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps))
+
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """After the Trainer saved a checkpoint: report the latest metrics with a copy of it."""
         metrics: dict[str, Any] = {}

@@ -53,9 +53,11 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
     * takes iterables of ready batches as ``train_dataset``/``eval_dataset``
       (``train.get_dataset_shard("train").iter_torch_batches(batch_size=8)``),
       already sharded per rank, as Ray's ``prepare_trainer`` does for Ray Data;
-    * puts a relative ``output_dir`` inside the trial's folder (Ray runs the
-      function in a per-trial working directory), so that trials and ranks on
-      other hosts never share or litter the current directory.
+    * puts a relative ``output_dir`` inside the trial's folder when the
+      function does not already run there (a ``TorchTrainer``'s own ``fit()``
+      keeps the worker's directory, as Ray Train V2 does): the Trainer's
+      checkpoints are scratch that the callback copies into the trial's
+      checkpoints, and trials never share or litter the current directory.
 
     Add :class:`RayTrainReportCallback` to report metrics and checkpoints.
 
@@ -73,7 +75,8 @@ def prepare_trainer(trainer: transformers.Trainer) -> transformers.Trainer:
         raise TypeError(f"prepare_trainer() takes a transformers.Trainer, got {type(trainer).__name__}")
     session = _sessions.current_session()
     out = trainer.args.output_dir
-    if session is not None and out and not os.path.isabs(out):
+    if session is not None and out and not os.path.isabs(out) and os.path.abspath(out) != os.path.join(
+            session.spec.trial_dir, out):
         trainer.args.output_dir = os.path.join(session.spec.trial_dir, out)
         logger.debug("tuneplat: transformers output_dir %r -> %s", out, trainer.args.output_dir)
         if trainer.args.should_save:

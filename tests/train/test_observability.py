@@ -1,0 +1,191 @@
+"""Seeing what each rank does: the per-rank table, system metrics on the MLflow run, stacks of hung ranks."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import threading
+import time
+
+import obs_trainables as ot
+import pytest
+from mlflow import MlflowClient
+
+import tuneplat as tune
+from tuneplat import cli
+
+
+def _journal(path: str) -> list[dict]:
+    with open(os.path.join(path, "journal.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(list(args))
+    return code, out.getvalue()
+
+
+def _line_of(marker: str) -> int:
+    with open(ot.__file__, encoding="utf-8") as f:
+        return next(i for i, line in enumerate(f, 1) if marker in line)
+
+
+@pytest.fixture
+def fast_heartbeats(monkeypatch):
+    monkeypatch.setenv("TUNEPLAT_HEARTBEAT_TIMEOUT_S", "5")  # a ping every 0.5 s
+    monkeypatch.setenv("TUNEPLAT_SYSTEM_METRICS_S", "0.5")
+    monkeypatch.setenv("TUNEPLAT_SYSTEM_METRICS_JOURNAL_S", "0")
+    monkeypatch.setenv("TUNEPLAT_WORKERS_FILE_S", "0.2")
+
+
+def test_per_rank_table_and_system_metrics_on_the_mlflow_run(dask_client, tmp_path, fast_heartbeats):
+    storage = str(tmp_path / "res")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    grid = tune.Tuner(ot.observed_training, scaling_config=tune.ScalingConfig(num_workers=2),
+                      run_config=tune.RunConfig(name="obs", storage_path=storage, verbose=0,
+                                                mlflow=tune.MLflowConfig(tracking_uri=uri)),
+                      client=dask_client).fit()
+    result = grid[0]
+    assert result.error is None, result.error
+    exp = os.path.join(storage, "obs")
+
+    code, text = _cli("status", exp, "--workers", "--json")
+    assert code == 0
+    doc = json.loads(text)
+    rows = doc["finished"][result.metrics["trial_id"]]
+    assert sorted(r["rank"] for r in rows) == [0, 1]
+    for r in rows:
+        assert r["pid"] and r["host"] and r["device"] == "cpu" and r["state"] == "done"
+        assert r["steps"] > 0 and r["samples_per_s"] is not None and r["data_wait_s"] is not None
+        assert r["system"]["cpu_utilization_percentage"] >= 0 and r["system"]["process_memory_rss_megabytes"] > 10
+    code, table = _cli("status", exp, "--workers")
+    assert code == 0
+    header = table.splitlines()[0].split()
+    assert header[:6] == ["trial", "rank", "host", "pid", "device", "state"] and "samples/s" in header
+    assert len(table.splitlines()) == 3
+
+    events = [e for e in _journal(exp) if e["event"] == "system_metrics"]
+    assert events and set(events[0]["ranks"]) <= {"0", "1"}
+    client = MlflowClient(uri)
+    for rank in (0, 1):
+        cpu = client.get_metric_history(result.mlflow_run_id, f"system/rank_{rank}/cpu_utilization_percentage")
+        rss = client.get_metric_history(result.mlflow_run_id, f"system/rank_{rank}/process_memory_rss_megabytes")
+        assert cpu and rss and all(m.value > 10 for m in rss)
+
+
+def test_a_deadlocked_rank_is_named_with_its_function_and_line(dask_client, storage, monkeypatch):
+    monkeypatch.setenv("TUNEPLAT_REPORT_TIMEOUT_S", "3")
+    grid = tune.Tuner(ot.one_rank_deadlocks, scaling_config=tune.ScalingConfig(num_workers=2),
+                      run_config=tune.RunConfig(name="dead", storage_path=storage, verbose=0, mlflow=False),
+                      client=dask_client).fit()
+    error = str(grid[0].error)
+    assert "rank(s) 0 did not reach report()" in error
+    assert f"rank 0 in deadlock_forever ({ot.__file__}:{_line_of('DEADLOCK-LINE')})" in error
+    assert f"rank 1 in one_rank_deadlocks ({ot.__file__}:{_line_of('REPORT-LINE')})" in error
+    stacks = [e for e in _journal(os.path.join(storage, "dead")) if e["event"] == "stacks"]
+    assert stacks and os.path.isfile(stacks[0]["path"]) and stacks[0]["path"] in error
+    with open(stacks[0]["path"], encoding="utf-8") as f:
+        text = f.read()
+    assert "deadlock_forever" in text and "the rank's training thread" in text
+
+
+def test_tuneplat_stacks_prints_the_stacks_of_a_running_trial(dask_client, storage):
+    tuner = tune.Tuner(ot.waits_for_release, run_config=tune.RunConfig(name="live", storage_path=storage, verbose=0,
+                                                                      mlflow=False), client=dask_client)
+    box: dict = {}
+    runner = threading.Thread(target=lambda: box.setdefault("grid", tuner.fit()), daemon=True)
+    runner.start()
+    exp = os.path.join(storage, "live")
+    deadline = time.monotonic() + 120
+    trial_dir = None
+    while trial_dir is None and time.monotonic() < deadline:  # readiness probe: the trial's rank runs
+        try:
+            running = json.load(open(os.path.join(exp, "workers.json"), encoding="utf-8"))["running"]
+            trial_dir = next((os.path.join(exp, d) for d in os.listdir(exp) if os.path.isdir(os.path.join(exp, d))
+                              and any(t in d for t in running)), None)
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    try:
+        assert trial_dir is not None, "the trial never showed as running"
+        code, text = _cli("stacks", exp)
+        assert code == 0, text
+        assert f"rank 0 in parked_until_released ({ot.__file__}:{_line_of('PARKED-LINE')})" in text
+        assert "the rank's training thread" in text
+    finally:
+        if trial_dir is not None:
+            open(os.path.join(trial_dir, "release"), "w").close()
+        runner.join(120)
+    assert box["grid"][0].error is None
+    assert any(e["event"] == "stacks" and e["reason"] == "requested" for e in _journal(exp))
+    code, text = _cli("stacks", exp)
+    assert code != 0  # not running any more
+
+
+_CHILD = """
+import sys, threading, time
+from tuneplat.execution import _stacks
+
+def stuck_in_child(ready):
+    _stacks.arm("t1", 0, sys.argv[1])
+    ready.set()
+    while True:
+        time.sleep(0.05)  # CHILD-LINE
+
+ready = threading.Event()
+threading.Thread(target=stuck_in_child, args=(ready,), daemon=True).start()
+ready.wait()
+print("armed", flush=True)
+time.sleep(120)
+"""
+
+
+def test_faulthandler_signal_reads_a_rank_on_this_host(tmp_path):
+    """The fallback when the worker does not answer: SIGUSR2 and faulthandler's file in the trial folder."""
+    import subprocess
+    import sys
+
+    from tuneplat.execution import _stacks
+
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "armed"
+        got = _stacks._via_signal(proc.pid, str(tmp_path), 0, 5.0)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert got is not None and got["how"].startswith("faulthandler")
+    line = next(i for i, text in enumerate(_CHILD.splitlines(), 1) if "CHILD-LINE" in text)
+    assert got["where"] == f"stuck_in_child ({script}:{line})", got["text"]
+
+
+def test_the_live_view_shows_a_row_per_rank():
+    """The live view's ranks table comes from the executor's per-rank rows (as ``status --workers`` does)."""
+    from tuneplat.tracking._progress import ProgressReporter
+
+    class Executor:  # the one method the view reads (DaskTrialExecutor.running_rows)
+        def running_rows(self):
+            row = {"trial_id": "t1", "host": "node-a", "pid": 4242, "device": "cpu", "state": "training",
+                   "last_report_at": time.time() - 3, "steps_per_s": 12.5, "samples_per_s": 400.0,
+                   "data_wait_fraction": 0.25, "system": {"cpu_utilization_percentage": 97.0,
+                                                          "process_memory_rss_megabytes": 512.0}}
+            return {"t1": [dict(row, rank=0), dict(row, rank=1, pid=4243, state="reporting")]}
+
+    class Loop:
+        executor = Executor()
+        experiment_name = "live"
+
+    reporter = ProgressReporter("loss", "min", verbose=1)
+    reporter.attach(Loop())
+    rows = reporter._rank_rows()  # what the live view's "ranks" table shows
+    assert [r[:6] for r in rows] == [["t1", "0", "node-a", "4242", "cpu", "training"],
+                                     ["t1", "1", "node-a", "4243", "cpu", "reporting"]]
+    assert rows[0][7:12] == ["12.50", "400.0", "25%", "97", "512"]
+    assert 2.5 < float(rows[0][6]) < 60  # seconds since its last report

@@ -1,0 +1,103 @@
+"""Out-of-memory as a trial outcome of its own: recognising it, and the opt-in retry with a smaller config.
+
+Pure functions: the loop (``core/_loop.py``) calls them with a failure's message and traceback and with the
+trial's config. See ``docs/resources.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["OOM", "failure_kind", "shrink_config"]
+
+#: the error kind of an out-of-memory failure (journal ``trial_failure.kind`` / ``trial_end.error_kind``)
+OOM = "oom"
+
+_MARKERS = (
+    "OutOfMemoryError",  # torch.cuda.OutOfMemoryError / torch.OutOfMemoryError
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "HIP out of memory",
+    "MPS backend out of memory",
+    "MemoryError",  # the host ran out (Python's own MemoryError)
+)
+
+
+def failure_kind(message: str | None, traceback: str | None = None) -> str | None:
+    """``"oom"`` when the failure is an out-of-memory error (GPU or host), else None.
+
+    Example:
+        >>> failure_kind("rank 0: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+        'oom'
+        >>> failure_kind("rank 0: ValueError: bad lr") is None
+        True
+    """
+    text = f"{message or ''}\n{traceback or ''}"
+    return OOM if any(marker in text for marker in _MARKERS) else None
+
+
+def _path(key: str) -> list[str]:
+    return [part for part in key.replace("/", ".").split(".") if part]
+
+
+def _get(config: Mapping[str, Any], path: list[str]) -> Any:
+    node: Any = config
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            raise KeyError(part)
+        node = node[part]
+    return node
+
+
+def _set(config: dict[str, Any], path: list[str], value: Any) -> None:
+    node = config
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+
+
+def shrink_config(config: Mapping[str, Any], halve: str,
+                  double: str | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A copy of ``config`` with ``halve`` halved (and ``double`` doubled), or None when it cannot shrink.
+
+    Keys may name nested values (``"train_loop_config.micro_batch_size"`` or ``"a/b"``). An int is halved
+    with floor division and must stay ``>= 1``; a float must stay ``> 0``.
+
+    Returns:
+        ``(new config, {key: [old, new], ...})``; None when ``halve`` is missing, not a positive number,
+        or already 1 (an int).
+
+    Raises:
+        ValueError: ``double`` names a value that is missing or not a number.
+
+    Example:
+        >>> shrink_config({"mb": 32, "acc": 1}, "mb", "acc")
+        ({'mb': 16, 'acc': 2}, {'mb': [32, 16], 'acc': [1, 2]})
+        >>> shrink_config({"mb": 1}, "mb") is None
+        True
+    """
+    try:
+        value = _get(config, _path(halve))
+    except KeyError:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    if isinstance(value, int) and value <= 1:
+        return None
+    new_value: int | float = value // 2 if isinstance(value, int) else value / 2
+    new = copy.deepcopy(dict(config))
+    _set(new, _path(halve), new_value)
+    change: dict[str, Any] = {halve: [value, new_value]}
+    if double:
+        try:
+            other = _get(config, _path(double))
+        except KeyError:
+            raise ValueError(f"FailureConfig(oom_double={double!r}): the trial's config has no such key") from None
+        if isinstance(other, bool) or not isinstance(other, (int, float)):
+            raise ValueError(f"FailureConfig(oom_double={double!r}): the value {other!r} is not a number")
+        _set(new, _path(double), other * 2)
+        change[double] = [other, other * 2]
+    return new, change
