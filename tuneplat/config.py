@@ -686,7 +686,9 @@ _RUN_FIELDS: dict[str, Field | None] = {
         "a Dask scheduler address like 'tcp://10.0.0.5:8786'",
     ),
     "progress_interval_s": NUM_GT0,
-    "log_to_file": BOOL,
+    "log_to_file": _f(lambda v: isinstance(v, bool) or (isinstance(v, str) and v.strip() != "") or (
+        isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) and x.strip() for x in v)),
+        "true/false, a file name (stdout and stderr together) or a list [stdout_file, stderr_file]"),
     "tls": None,
     "tuner_host": OPT_STR,
     "tuner_port": _f(lambda v: v is None or (_is_int(v) and 0 < v < 65536)

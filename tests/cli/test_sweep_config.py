@@ -381,3 +381,11 @@ def test_storage_options_build_the_remote_filesystem(tmp_path):
             run: {storage_path: "nosuchproto://b/r", storage_options: {key: k}}
             """)
     assert "fsspec could not make the nosuchproto:// filesystem" in str(e.value)
+
+
+@pytest.mark.parametrize("value,expected", [("true", True), ("trial.log", "trial.log"), ("[out.log, err.log]", ["out.log", "err.log"])])
+def test_log_to_file_takes_rays_three_forms(tmp_path, value, expected):
+    s = sweep_from(tmp_path, f"trainable: examples.toy:learning_curve\nmetric: loss\nmode: min\nrun:\n  log_to_file: {value}\n")
+    assert s.run_config.log_to_file == expected
+    with pytest.raises(SweepFileError, match="log_to_file"):
+        sweep_from(tmp_path, "trainable: examples.toy:learning_curve\nrun:\n  log_to_file: [only.log]\n")

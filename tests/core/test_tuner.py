@@ -189,7 +189,9 @@ def test_journal_torn_last_line_is_tolerated_and_damage_elsewhere_is_not(tmp_pat
     path.write_text('{"event": "a"}\n{"event": "b"}\n{"event": "c", "x": [1, 2')
     assert [e["event"] for e in read_journal(str(path))] == ["a", "b"]
     path.write_text('{"event": "a"}\n{"event": \n{"event": "c"}\n')
-    with pytest.raises(tune._journal.JournalError, match=r"journal.jsonl:2"):
+    from tuneplat.core._journal import JournalError
+
+    with pytest.raises(JournalError, match=r"journal.jsonl:2"):
         read_journal(str(path))
 
 

@@ -258,3 +258,13 @@ def test_streaming_keeps_driver_and_ranks_far_below_the_dataset(tmp_path, storag
     assert driver.peak - driver.before < size / 8, "the driver held a large part of the dataset"
     for g in growth:
         assert g < size / 3, f"a rank's RSS grew by {g / 1e6:.0f} MB for a {size / 1e6:.0f} MB dataset"
+
+
+def test_public_names():
+    import tuneplat.train.data as data
+
+    assert data.__all__ == sorted(data.__all__)
+    assert all(hasattr(data, n) for n in data.__all__)
+    for name in ("DataConfig", "DataIterator", "get_dataset_shard"):
+        assert name in train.__all__ and getattr(train, name) is getattr(data, name)
+    assert train.__all__ == sorted(train.__all__)

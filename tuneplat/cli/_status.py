@@ -78,7 +78,7 @@ def _status_storage(storage_path: str, experiments: list[str], as_json: bool) ->
         counts: dict[str, int] = {}
         for r in grid:
             counts[r.status] = counts.get(r.status, 0) + 1
-        rows.append({"name": meta.get("name") or os.path.basename(exp), "path": exp, "status": meta["status"],
+        rows.append({"name": os.path.basename(exp), "path": exp, "status": meta["status"],
                      "trials": len(grid), "counts": dict(sorted(counts.items())), "metric": metric, "best": best,
                      "last_change": datetime.datetime.fromtimestamp(mtime).isoformat(timespec="seconds")})
     rows.sort(key=lambda r: r["last_change"] or "", reverse=True)

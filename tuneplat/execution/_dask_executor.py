@@ -433,6 +433,7 @@ class DaskTrialExecutor(TrialExecutor):
                 channel_tls=self.channel_tls, trial_io=ctx.trial_io, elastic=group.elastic,
                 system_metrics_s=self.system_metrics_s,
                 rank_hosts=[x.host for x in placement],
+                tuner_local=self._listener.local_name if self._listener is not None else None,
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)
