@@ -261,7 +261,7 @@ class TuneLoop:
                 scaling={"num_workers": self.world_size, "resources_per_worker": self.request,
                          **({"min_workers": self.min_world_size} if self.min_world_size is not None else {})}))
             for cb in self.callbacks:
-                cb.on_experiment_start(self)
+                self._record(cb.on_experiment_start(self))
             if threading.current_thread() is threading.main_thread():
                 old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
             self._looping = True
@@ -332,7 +332,7 @@ class TuneLoop:
         tb = "".join(traceback.format_exception(self.error)) if self.error is not None else None
         for cb in self.callbacks:
             try:
-                cb.on_experiment_end(self, status)
+                self._record(cb.on_experiment_end(self, status))
             except Exception:  # noqa: BLE001 - a callback must not lose the results
                 logger.exception("tuneplat: callback %r failed at experiment end", cb)
         journal = self.journal
@@ -569,7 +569,7 @@ class TuneLoop:
                                         name=trial.name, config_pickle=_pickle_hex(config)))
         self.scheduler.on_trial_add(trial_id, config)
         for cb in self.callbacks:
-            cb.on_trial_add(self, trial)
+            self._record(cb.on_trial_add(self, trial))
         return trial
 
     def _suggest(self) -> Trial | None:
@@ -736,7 +736,7 @@ class TuneLoop:
                                                           "resources_per_worker": dict(spec.request)}))
         self._record_world_size(trial, len(where), start_iteration)
         for cb in self.callbacks:
-            cb.on_trial_start(self, trial)
+            self._record(cb.on_trial_start(self, trial))
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
 
     def _record_world_size(self, trial: Trial, size: int, start_iteration: int) -> None:
@@ -851,7 +851,7 @@ class TuneLoop:
             self.journal.append(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
         self.searcher.on_trial_result(trial.trial_id, result)
         for cb in self.callbacks:
-            cb.on_trial_result(self, trial, result)
+            self._record(cb.on_trial_result(self, trial, result))
         decision, reason = self._decide(trial, run, result)
         if decision is not Decision.CONTINUE:
             run.decision = decision
@@ -1060,6 +1060,23 @@ class TuneLoop:
         for tid in list(self.running):
             self.executor.abort(tid, "the experiment is ending: another trial failed")
 
+    def _record(self, handed_back: Any) -> None:
+        """What a callback's hook returned: the MLflow runs made for the experiment and its trials.
+
+        The loop alone writes the journal and the trials: it sets ``trial.mlflow_run_id`` and journals each.
+        """
+        if not handed_back:
+            return
+        for event in handed_back:
+            if isinstance(event, ev.MlflowRun):
+                trial = self.by_id.get(event.trial_id)
+                if trial is not None:
+                    trial.mlflow_run_id = event.run_id
+            elif not isinstance(event, ev.MlflowParentRun):
+                continue
+            if self.journal is not None:
+                self.journal.append(event)
+
     def _end_trial(self, trial: Trial, status: TrialStatus) -> None:
         assert self.journal is not None
         trial.status = status
@@ -1081,7 +1098,7 @@ class TuneLoop:
             info = {"pruned": True} if trial.stopped_by_scheduler else {}
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False, **info)
         for cb in self.callbacks:
-            cb.on_trial_complete(self, trial)
+            self._record(cb.on_trial_complete(self, trial))
 
     def _write_error_file(self, trial: Trial) -> str | None:
         """The trial's error and traceback in ``error.txt`` in its folder (as Ray); its path, or None."""
