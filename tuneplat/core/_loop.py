@@ -73,6 +73,7 @@ from ._journal import Journal, to_jsonable
 from ._oom import OOM, failure_kind, shrink_config
 from ._stop import MetricCheck, StopRules
 from ._trial import Trial, TrialStatus
+from ._view import TunerView
 
 logger = logging.getLogger("tuneplat")
 
@@ -147,6 +148,7 @@ class TuneLoop:
         self.scheduler: TrialScheduler = tune_config.scheduler or FIFOScheduler()
         self.trials: list[Trial] = list(trials or [])
         self.by_id: dict[str, Trial] = {t.trial_id: t for t in self.trials}
+        self.view = TunerView(self)  # what callbacks see (read-only)
         self.queue: collections.deque[Trial] = collections.deque()
         self.running: dict[str, _Running] = {}
         self.searcher_done = False
@@ -261,7 +263,7 @@ class TuneLoop:
                 scaling={"num_workers": self.world_size, "resources_per_worker": self.request,
                          **({"min_workers": self.min_world_size} if self.min_world_size is not None else {})}))
             for cb in self.callbacks:
-                self._record(cb.on_experiment_start(self))
+                self._record(cb.on_experiment_start(self.view))
             if threading.current_thread() is threading.main_thread():
                 old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
             self._looping = True
@@ -332,7 +334,7 @@ class TuneLoop:
         tb = "".join(traceback.format_exception(self.error)) if self.error is not None else None
         for cb in self.callbacks:
             try:
-                self._record(cb.on_experiment_end(self, status))
+                self._record(cb.on_experiment_end(self.view, status))
             except Exception:  # noqa: BLE001 - a callback must not lose the results
                 logger.exception("tuneplat: callback %r failed at experiment end", cb)
         journal = self.journal
@@ -416,7 +418,7 @@ class TuneLoop:
             hook = getattr(cb, "on_system_metrics", None)
             if hook is not None:
                 try:
-                    hook(self, trial, event.system, event.timestamp)
+                    hook(self.view, trial, event.system, event.timestamp)
                 except Exception:  # noqa: BLE001 - observability must never end an experiment
                     logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
         last = self._stats_journaled.get(event.trial_id, 0.0)
@@ -438,7 +440,7 @@ class TuneLoop:
             hook = getattr(cb, "on_stacks", None)
             if hook is not None:
                 try:
-                    hook(self, trial, event.path, event.summary, event.reason)
+                    hook(self.view, trial, event.path, event.summary, event.reason)
                 except Exception:  # noqa: BLE001
                     logger.debug("tuneplat: on_stacks failed", exc_info=True)
 
@@ -569,7 +571,7 @@ class TuneLoop:
                                         name=trial.name, config_pickle=_pickle_hex(config)))
         self.scheduler.on_trial_add(trial_id, config)
         for cb in self.callbacks:
-            self._record(cb.on_trial_add(self, trial))
+            self._record(cb.on_trial_add(self.view, trial))
         return trial
 
     def _suggest(self) -> Trial | None:
@@ -736,7 +738,7 @@ class TuneLoop:
                                                           "resources_per_worker": dict(spec.request)}))
         self._record_world_size(trial, len(where), start_iteration)
         for cb in self.callbacks:
-            self._record(cb.on_trial_start(self, trial))
+            self._record(cb.on_trial_start(self.view, trial))
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
 
     def _record_world_size(self, trial: Trial, size: int, start_iteration: int) -> None:
@@ -760,14 +762,14 @@ class TuneLoop:
         for cb in self.callbacks:
             hook = getattr(cb, "on_trial_resize", None)
             if hook is not None:
-                hook(self, trial, old, size, why)
+                hook(self.view, trial, old, size, why)
 
     def _supersede(self, trial: Trial, after: int) -> None:
         assert self.journal is not None
         moved = trial.supersede_after(after)
         self.journal.append(ev.Superseded(trial_id=trial.trial_id, after_iteration=after, count=moved))
         for cb in self.callbacks:
-            cb.on_trial_superseded(self, trial, after)
+            cb.on_trial_superseded(self.view, trial, after)
 
     # ------------------------------------------------------------------ results and decisions
     def _on_step(self, event: Reported) -> None:
@@ -851,7 +853,7 @@ class TuneLoop:
             self.journal.append(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
         self.searcher.on_trial_result(trial.trial_id, result)
         for cb in self.callbacks:
-            self._record(cb.on_trial_result(self, trial, result))
+            self._record(cb.on_trial_result(self.view, trial, result))
         decision, reason = self._decide(trial, run, result)
         if decision is not Decision.CONTINUE:
             run.decision = decision
@@ -876,7 +878,7 @@ class TuneLoop:
         self.journal.append(ev.CheckpointSaved(trial_id=trial.trial_id, iteration=iteration, path=path,
                                                metrics=to_jsonable(result)))
         for cb in self.callbacks:
-            cb.on_checkpoint(self, trial, ckpt, result)
+            cb.on_checkpoint(self.view, trial, ckpt, result)
         self._apply_retention(trial)
 
     def _on_saved(self, event: Saved) -> None:
@@ -1013,7 +1015,7 @@ class TuneLoop:
                                             old_config=to_jsonable(old), new_config=to_jsonable(trial.config),
                                             config_pickle=_pickle_hex(trial.config)))
         for cb in self.callbacks:
-            cb.on_trial_failure(self, trial, message, retry)
+            cb.on_trial_failure(self.view, trial, message, retry)
         if shrunk is not None:
             changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in shrunk[1].items())
             self.reporter.event(f"trial {trial.trial_id} ran out of memory; retrying with {changes} "
@@ -1098,7 +1100,7 @@ class TuneLoop:
             info = {"pruned": True} if trial.stopped_by_scheduler else {}
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False, **info)
         for cb in self.callbacks:
-            self._record(cb.on_trial_complete(self, trial))
+            self._record(cb.on_trial_complete(self.view, trial))
 
     def _write_error_file(self, trial: Trial) -> str | None:
         """The trial's error and traceback in ``error.txt`` in its folder (as Ray); its path, or None."""
@@ -1215,7 +1217,7 @@ class TuneLoop:
         trial.lineage.append({k: v for k, v in event.items() if k not in ("event", "config_pickle")})
         self.journal.append(event)
         for cb in self.callbacks:
-            cb.on_trial_exploit(self, trial, event)
+            cb.on_trial_exploit(self.view, trial, event)
 
 
 def _takes_info(searcher: Any) -> bool:

@@ -33,13 +33,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._config import MLflowConfig
 from .._redact import redact
 from .._settings import env_seconds
 from ..core import _events as ev
 from ..core._callbacks import Callback
+
+if TYPE_CHECKING:
+    from ..core._view import TunerView
 
 __all__ = ["MLflowCallback", "default_tracking_uri", "experiment_tags"]
 
@@ -1146,7 +1149,7 @@ class MLflowCallback(Callback):
         if self.uploader is not None:
             self.uploader.put(item)
 
-    def _drain_created(self, ctrl: Any) -> list[ev.Event]:
+    def _drain_created(self, ctrl: TunerView) -> list[ev.Event]:
         """The runs the uploader created since last asked, as events for the loop to record (it alone
         writes the journal and sets ``trial.mlflow_run_id``)."""
         up = self.uploader
@@ -1168,7 +1171,7 @@ class MLflowCallback(Callback):
                 out.append(ev.MlflowRun(trial_id=key, run_id=run_id))
         return out
 
-    def _trial_spec(self, ctrl: Any, trial: Any, *, resume: bool = False, run_id: str | None = None) -> dict[str, Any]:
+    def _trial_spec(self, ctrl: TunerView, trial: Any, *, resume: bool = False, run_id: str | None = None) -> dict[str, Any]:
         params = {_key(k): _param_value(v) for k, v in _flatten(trial.config).items()}
         spec: dict[str, Any] = {
             "name": trial.name,
@@ -1192,7 +1195,7 @@ class MLflowCallback(Callback):
         return [(k, v, ts, step) for k, v in _metrics_of(result).items()]
 
     # ---------------------------------------------------------------- hooks
-    def on_experiment_start(self, ctrl: Any) -> list[ev.Event]:
+    def on_experiment_start(self, ctrl: TunerView) -> list[ev.Event]:
         from ..core._journal import read_journal
 
         cfg = self.config
@@ -1231,7 +1234,7 @@ class MLflowCallback(Callback):
         self.uploader = _POOL.acquire(_uploader_env()).start(
             {"tracking_uri": self.tracking_uri, "experiment_name": self.mlflow_experiment,
              "artifact_location": artifact_location, "flush_timeout": _flush_timeout(),
-             "experiment_tags": experiment_tags(ctrl.metric, ctrl.mode, ctrl.param_space)},
+             "experiment_tags": experiment_tags(ctrl.metric, ctrl.mode, dict(ctrl.param_space))},
             os.path.join(ctrl.experiment_dir, IDS_FILE))
         sched: dict[str, Any] = getattr(ctrl.scheduler, "describe", dict)()
         params = {
@@ -1273,7 +1276,7 @@ class MLflowCallback(Callback):
             return pending * _TYPICAL_RUN_S
         return pending * (time.monotonic() - self._first_add) / self._created
 
-    def on_trial_add(self, ctrl: Any, trial: Any) -> list[ev.Event]:
+    def on_trial_add(self, ctrl: TunerView, trial: Any) -> list[ev.Event]:
         created = self._drain_created(ctrl)
         self._added += 1
         if self._first_add is None:
@@ -1281,7 +1284,7 @@ class MLflowCallback(Callback):
         self._put("run", trial.trial_id, self._trial_spec(ctrl, trial))
         return created
 
-    def on_trial_start(self, ctrl: Any, trial: Any) -> list[ev.Event]:
+    def on_trial_start(self, ctrl: TunerView, trial: Any) -> list[ev.Event]:
         created = self._drain_created(ctrl)
         if trial.attempts > 1 or ctrl.resume:
             self._put("running", trial.trial_id)
@@ -1294,19 +1297,19 @@ class MLflowCallback(Callback):
 
         return created
 
-    def on_trial_resize(self, ctrl: Any, trial: Any, old: int, new: int, reason: str) -> None:
+    def on_trial_resize(self, ctrl: TunerView, trial: Any, old: int, new: int, reason: str) -> None:
         self._put("tags", trial.trial_id, {"tuneplat.resizes": str(len(trial.world_sizes) - 1),
                                            "tuneplat.last_resize": f"from {old} to {new} ranks: {reason}"[:5000]})
 
-    def on_trial_result(self, ctrl: Any, trial: Any, result: dict[str, Any]) -> list[ev.Event]:
+    def on_trial_result(self, ctrl: TunerView, trial: Any, result: dict[str, Any]) -> list[ev.Event]:
         created = self._drain_created(ctrl)
         self._put("metrics", trial.trial_id, self._metric_rows(result))
         return created
 
-    def on_checkpoint(self, ctrl: Any, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
+    def on_checkpoint(self, ctrl: TunerView, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
         self._put("tags", trial.trial_id, {"tuneplat.latest_checkpoint": checkpoint.path})
 
-    def on_trial_superseded(self, ctrl: Any, trial: Any, after_iteration: int) -> None:
+    def on_trial_superseded(self, ctrl: TunerView, trial: Any, after_iteration: int) -> None:
         self._superseded.add(trial.trial_id)
         self._put("tags", trial.trial_id, {
             "tuneplat.superseded_after_iteration": str(after_iteration),
@@ -1314,13 +1317,13 @@ class MLflowCallback(Callback):
                               "before the retry are superseded; the retry's values at the same steps are newer."),
         })
 
-    def on_trial_failure(self, ctrl: Any, trial: Any, message: str, will_retry: bool) -> None:
+    def on_trial_failure(self, ctrl: TunerView, trial: Any, message: str, will_retry: bool) -> None:
         self._put("tags", trial.trial_id, {"tuneplat.num_failures": str(trial.num_failures),
                                            "tuneplat.last_failure": message})
         if will_retry:
             self._put("artifact", trial.trial_id, ("text", message, f"failures/attempt_{trial.attempts - 1}.txt"))
 
-    def on_trial_exploit(self, ctrl: Any, trial: Any, event: dict[str, Any]) -> None:
+    def on_trial_exploit(self, ctrl: TunerView, trial: Any, event: dict[str, Any]) -> None:
         src = event.get("from_trial")
         self._put("tags", trial.trial_id, {"tuneplat.pbt_parent": str(src),
                                            "tuneplat.pbt_exploits": str(len(trial.lineage))})
@@ -1330,7 +1333,7 @@ class MLflowCallback(Callback):
         self._put("artifact", trial.trial_id,
                   ("text", json.dumps(payload, indent=2, default=repr), f"pbt/exploit_{event.get('iteration', 0):06d}.json"))
 
-    def on_trial_complete(self, ctrl: Any, trial: Any) -> list[ev.Event]:
+    def on_trial_complete(self, ctrl: TunerView, trial: Any) -> list[ev.Event]:
         created = self._drain_created(ctrl)
         tid = trial.trial_id
         tags = {"tuneplat.status": str(trial.status)}
@@ -1349,7 +1352,7 @@ class MLflowCallback(Callback):
         self._put("end", tid, _status_for(trial), int(time.time() * 1000))
         return created
 
-    def on_system_metrics(self, ctrl: Any, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
+    def on_system_metrics(self, ctrl: TunerView, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
         """Each rank's CPU, memory and GPU samples as MLflow system metrics (``system/rank_<r>/<name>``)."""
         rows: list[tuple[str, float, int, int]] = []
         for rank, metrics in ranks.items():
@@ -1359,7 +1362,7 @@ class MLflowCallback(Callback):
         if rows:
             self._put("metrics", trial.trial_id, rows)
 
-    def on_stacks(self, ctrl: Any, trial: Any, path: str | None, summary: str, reason: str) -> None:
+    def on_stacks(self, ctrl: TunerView, trial: Any, path: str | None, summary: str, reason: str) -> None:
         """Captured stacks of the trial's ranks: an artifact under ``stacks/`` and a tag with the summary."""
         self._put("tags", trial.trial_id, {"tuneplat.last_stacks": f"{reason}: {summary}"[:4000]})
         if path:
@@ -1379,7 +1382,7 @@ class MLflowCallback(Callback):
             self._put("metrics", trial.trial_id, rows)
             self._put("tags", trial.trial_id, {"tuneplat.final_metrics_relogged_at_step": str(top)})
 
-    def on_experiment_end(self, ctrl: Any, status: str) -> list[ev.Event]:
+    def on_experiment_end(self, ctrl: TunerView, status: str) -> list[ev.Event]:
         up = self.uploader
         if up is None:
             return []
@@ -1403,9 +1406,8 @@ class MLflowCallback(Callback):
                 else:
                     self._put("artifact", best.trial_id, ("dir", _artifact_source(best.checkpoint), "model"))
                     self._put("register", best.trial_id, name)
-        if self.config.log_plots and ctrl.journal is not None and any(t.results for t in ctrl.trials):
-            # the uploader process draws them from the journal: make everything so far readable there
-            ctrl.journal.sync(force=True)
+        # the uploader process draws them from the journal: make everything so far readable there
+        if self.config.log_plots and any(t.results for t in ctrl.trials) and ctrl.sync_journal():
             self._put("artifact", PARENT, ("plots", {"experiment_dir": ctrl.experiment_dir, "metric": None,
                                                      "mode": None}, "plots"))
         self._put("end", PARENT, {"finished": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED"),
@@ -1415,7 +1417,7 @@ class MLflowCallback(Callback):
         self._report_backlog(ctrl, up)
         return created
 
-    def _best(self, ctrl: Any) -> Any:
+    def _best(self, ctrl: TunerView) -> Any:
         if not isinstance(ctrl.metric, str) or ctrl.mode not in ("min", "max"):
             return None
         from ..results._result import ResultGrid
@@ -1427,7 +1429,7 @@ class MLflowCallback(Callback):
             return None
         return ctrl.by_id.get(best.trial_id)
 
-    def _report_backlog(self, ctrl: Any, up: _Session) -> None:
+    def _report_backlog(self, ctrl: TunerView, up: _Session) -> None:
         if up.report is not None:
             report = {**up.report, "tracking_uri": redact(self.tracking_uri)}
         else:  # the uploader died or hung: we cannot know exactly what it had sent
