@@ -12,7 +12,7 @@ matmuls each), MLflow off, the embedded Dask cluster (one worker process per cor
 Per mode: wall time of ``fit()``, trials per hour, the largest per-trial peak reported, and the device's peak
 memory in use (``nvidia-smi``, sampled every 0.2 s). Runs in well under 3 minutes on an H100. Prints JSON.
 
-    python benchmarks/gpu_packing.py [--trials 16] [--mib 512] [--steps 10] [--inner 20]
+    python benchmarks/gpu_packing.py [--trials 16] [--mib 256] [--steps 10] [--inner 20]
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def run(mode: str, resources: dict, trials: int, space: dict, storage: str) -> d
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=16)
-    parser.add_argument("--mib", type=int, default=512)
+    parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--inner", type=int, default=20)
     args = parser.parse_args()

@@ -11,6 +11,7 @@ Usage:
   python benchmarks/overhead.py --ray-default   # also Ray's default reuse_actors=False (minutes)
   python benchmarks/overhead.py --no-ray
   python benchmarks/overhead.py --tls           # (b) over a TLS cluster vs a plaintext one, interleaved runs
+  python benchmarks/overhead.py --no-ray --embedded   # on the embedded cluster, with every default on
   python benchmarks/overhead.py --system-metrics   # (b) with ranks' system metrics off / on (5 s) / on every
                                                    # 0.1 s (heartbeat 0.1 s), interleaved rounds
 
@@ -24,12 +25,14 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+# the checkout under test: this one, or another (benchmarks/compare_builds.py runs two builds interleaved)
+sys.path.insert(0, os.environ.get("TUNEPLAT_BENCH_ROOT") or os.path.dirname(HERE))
 
 
 def tp_once(config):
@@ -113,25 +116,38 @@ def efficiency(run, small: int, large: int) -> dict:
             "efficiency": round(ideal / (w_large - w_small), 4)}
 
 
-def bench_tuneplat(storage: str, sizes: dict) -> dict:
+def bench_tuneplat(storage: str, sizes: dict, embedded: bool = False, only: str = "abc") -> dict:
     import dask
     from distributed import Client, LocalCluster
 
     t0 = time.perf_counter()
-    with dask.config.set({"distributed.worker.daemon": False}):
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                               resources={"CPU": 1})
-    client = Client(cluster, set_as_default=False)
+    if embedded:  # the cluster Tuner() starts by default (TLS unless TUNEPLAT_LOCAL_TLS=0), with its defaults
+        from tuneplat.execution._cluster import Cluster
+
+        cluster = Cluster()
+        client = cluster.client
+    else:
+        with dask.config.set({"distributed.worker.daemon": False}):
+            cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                                   dashboard_address="127.0.0.1:0", resources={"CPU": 1})
+        client = Client(cluster, set_as_default=False)
     startup = time.perf_counter() - t0
     try:
         run_tuneplat(client, tp_once, 4, storage)  # warm the workers' imports
-        a, _ = run_tuneplat(client, tp_once, sizes["a"], storage)
-        b, n_b = run_tuneplat(client, tp_many, sizes["b"], storage)
-        c = efficiency(lambda n: run_tuneplat(client, tp_sleep, n, storage), sizes["c_small"], sizes["c_large"])
+        a = b = math.nan
+        n_b = 0
+        c = {"efficiency": math.nan}
+        if "a" in only:
+            a, _ = run_tuneplat(client, tp_once, sizes["a"], storage)
+        if "b" in only:
+            b, n_b = run_tuneplat(client, tp_many, sizes["b"], storage)
+        if "c" in only:
+            c = efficiency(lambda n: run_tuneplat(client, tp_sleep, n, storage), sizes["c_small"], sizes["c_large"])
     finally:
-        client.close()
+        if not embedded:
+            client.close()
         cluster.close()
-    return {"cluster_startup_s": round(startup, 3), "a_fit_s": round(a, 3), "a_ms_per_trial": round(1000 * a / sizes["a"], 2),
+    return {"embedded_defaults": embedded, "cluster_startup_s": round(startup, 3), "a_fit_s": round(a, 3), "a_ms_per_trial": round(1000 * a / sizes["a"], 2),
             "b_results_per_s": round(n_b / b, 1), "b_wall_s": round(b, 3), "c": c}
 
 
@@ -259,6 +275,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke test)")
     parser.add_argument("--tls", type=int, nargs="?", const=9, default=0, metavar="ROUNDS",
                         help="only (b), TLS vs plaintext channel, interleaved (default 9 rounds each)")
+    parser.add_argument("--embedded", action="store_true",
+                        help="tuneplat on the cluster Tuner() starts by default (TLS, progress.csv/TensorBoard files): "
+                             "what a user gets; without it, a plain LocalCluster as Ray's peer figures use")
+    parser.add_argument("--only", default="abc", help="the workloads to run, e.g. 'bc' (default: abc)")
     parser.add_argument("--system-metrics", type=int, nargs="?", const=7, default=0, metavar="ROUNDS",
                         help="only (b), system metrics off/on/fast, interleaved (default 7 rounds each)")
     parser.add_argument("--reports", type=int, default=2000,
@@ -268,6 +288,13 @@ def main() -> None:
     if args.quick:
         sizes = {"a": 40, "b": 4, "c_small": 4, "c_large": 12}
     storage = tempfile.mkdtemp(prefix="tuneplat_bench_")
+    try:
+        _run(args, sizes, storage)
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, sizes: dict, storage: str) -> None:
     out: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "sizes": sizes}
     if args.system_metrics:
         out["system_metrics"] = bench_system_metrics(storage, sizes, args.system_metrics, args.reports)
@@ -277,7 +304,7 @@ def main() -> None:
         out["tls_vs_plain"] = bench_tls(storage, sizes, args.tls)
         print(json.dumps(out, indent=2))
         return
-    out["tuneplat"] = bench_tuneplat(storage, sizes)
+    out["tuneplat"] = bench_tuneplat(storage, sizes, embedded=args.embedded, only=args.only)
     try:
         import ray  # noqa: F401
 

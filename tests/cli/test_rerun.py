@@ -46,7 +46,8 @@ def test_a_rerun_moves_the_previous_run_aside_whole_and_starts_clean(storage, ca
     assert "3 trials" in out and "finished" in out
     assert tune.Tuner.can_restore(old)
     assert main(["status", storage]) == 0
-    assert "2 experiment(s)" in capsys.readouterr().out
+    listing = capsys.readouterr().out
+    assert "2 experiment(s)" in listing and moved[0] in listing  # each listed by its folder's name
 
 
 def test_plots_drawn_again_leave_no_file_of_a_kind_that_no_longer_applies(storage):

@@ -8,6 +8,7 @@ import pytest
 
 import tuneplat as tune
 from tuneplat import read_journal
+from tuneplat.core._callbacks import ControllerCallback
 from tuneplat.search.optuna import OptunaSearch
 from tuneplat.stopper import MaximumIterationStopper, Stopper
 from tuneplat.testing import VirtualTimeExecutor
@@ -70,3 +71,30 @@ def test_minus_one_without_an_end_is_refused_saying_what_ray_does(storage, stop)
     text = str(info.value)
     assert "num_samples=-1" in text and "Ray Tune would start trials forever" in text
     assert "time_budget_s" in text and "TimeoutStopper" in text
+
+
+class _SlowMirror(ControllerCallback):
+    """A mirror (as the MLflow uploader) that writes one trial's run per virtual second: its backlog in seconds."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.added = 0
+
+    def on_trial_add(self, ctrl, trial):
+        self.added += 1
+
+    def backlog_s(self):
+        return max(0.0, self.added - self.executor.now())
+
+
+def test_no_trial_starts_once_the_mirrors_backlog_would_carry_the_end_past_the_budget(storage, capsys):
+    executor = VirtualTimeExecutor(num_slots=2)
+    mirror = _SlowMirror(executor)
+    grid = tune.Tuner(
+        one_report, param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=-1, time_budget_s=20),
+        run_config=tune.RunConfig(name="mirror", storage_path=storage, verbose=1, mlflow=False, callbacks=[mirror]),
+        executor=executor).fit()
+    # unthrottled: ~80 trials (2 slots x 0.5 s) and a mirror 60 s behind at the budget; throttled: it keeps up
+    assert len(grid) <= 22 and mirror.backlog_s() <= 2.0
+    assert "not starting more trials for now: the MLflow mirror has" in capsys.readouterr().out

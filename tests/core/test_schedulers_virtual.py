@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 import tuneplat as tune
 from tuneplat import read_journal
 from tuneplat.schedulers import ASHAScheduler, HyperBandScheduler, PASHAScheduler
@@ -83,3 +85,21 @@ def test_cost_aware_asha_through_the_loop(storage):
     assert len(grid) == 8 and grid.num_errors == 0
     full = {(r.config["final"], r.config["cost"]) for r in grid if r.metrics["training_iteration"] == 9}
     assert (0.0, 1.0) in full  # the best and cheapest always goes on
+
+
+def test_simulate_replays_a_multi_objective_experiment_under_mo_asha(storage):
+    from tuneplat.testing import recommend, simulate
+
+    tc = tune.TuneConfig(metric=["f1", "f2"], mode=["min", "min"], num_samples=24, seed=1)
+    grid = _fit(storage, zdt_curve, {"x": tune.uniform(0, 1), "y": tune.uniform(0, 1)}, tc, name="mo_fifo")
+    report = simulate(grid.experiment_path, "asha", {"max_t": 27, "reduction_factor": 3})
+    assert report.metric == ["f1", "f2"]
+    assert report.simulated.iterations < report.recorded.iterations == 24 * 27
+    assert report.recorded.pareto_size >= 1 and report.simulated.pareto_size >= 1
+    assert 0 < report.simulated.hypervolume <= report.recorded.hypervolume  # the same curves, stopped earlier
+    table = report.table()
+    assert "Pareto front (trials)" in table and "hypervolume" in table
+    with pytest.raises(ValueError, match="several objectives"):
+        recommend(grid.experiment_path)
+    with pytest.raises(ValueError, match="PASHAScheduler decides on one metric"):
+        simulate(grid.experiment_path, "pasha", {"max_t": 27})

@@ -115,6 +115,28 @@ def test_a_rank_with_the_token_authenticates_and_talks(tuner):
     assert tuner.authenticated == 1
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local socket is Linux's abstract namespace")
+def test_the_local_socket_needs_the_token_too_and_leaves_nothing_on_disk(tuner):
+    """Ranks on the tuner's host use its local socket (no TLS, no TCP); a peer there still proves the token."""
+    from tuneplat.execution._channel import connect_local
+
+    name = tuner.listener.local_name
+    assert name and name.startswith("tuneplat-")
+    with pytest.raises(AuthError):
+        connect_local(name, new_token())  # an id the tuner never issued
+    token = tuner.issue()
+    with pytest.raises(AuthError, match="not the tuner"):
+        connect_local(name, token[:16] + bytes(16))
+    assert tuner.authenticated == 0 and tuner.frames == []
+    sock = connect(("127.0.0.1", 1), token, local=name)  # a dead TCP address: the local socket answers
+    assert sock.family == socket.AF_UNIX
+    send_msg(sock, ("hello", 0))
+    assert recv_msg(sock) == ("echo", ("hello", 0))
+    sock.close()
+    assert tuner.authenticated == 1
+    assert connect_local("tuneplat-no-such-socket", token) is None  # elsewhere: TCP (and TLS) as before
+
+
 def test_oversize_frame_before_authentication_is_dropped_without_buffering(tuner):
     sock = socket.create_connection(tuner.address)
     # claims a 1 GiB frame, then sends 4 MiB of it: the listener drops the peer after the 4-byte length

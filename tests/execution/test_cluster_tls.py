@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 import pytest
 from distributed import Client, LocalCluster
@@ -18,7 +19,8 @@ def channel_trainable(config):
 
     session = _get_session("report")
     for i in range(3):
-        tuneplat.report({"loss": config["x"] + i, "tls": type(session.sock).__name__ == "SSLSocket"})
+        tuneplat.report({"loss": config["x"] + i, "tls": type(session.sock).__name__ == "SSLSocket",
+                         "local": session.sock.family == socket.AF_UNIX})
 
 
 def test_embedded_cluster_is_tls_and_refuses_other_local_clients():
@@ -50,12 +52,20 @@ def test_local_tls_can_be_turned_off(monkeypatch):
         Cluster()
 
 
-def test_a_trial_on_the_embedded_cluster_talks_tls(tmp_path):
+def test_a_trial_on_the_embedded_cluster_never_talks_plain_tcp(tmp_path, monkeypatch):
+    """Ranks on the tuner's host use its local socket (the bytes never leave the kernel); with it turned off
+    (TUNEPLAT_LOCAL_SOCKET=0) or from another host, the channel is TLS like the cluster."""
     grid = Tuner(channel_trainable, param_space={"x": tuneplat.grid_search([0.0, 1.0])},
                  tune_config=TuneConfig(metric="loss", mode="min"),
                  run_config=RunConfig(storage_path=str(tmp_path), mlflow=False, verbose=0)).fit()
     assert [r.error for r in grid] == [None, None]
-    assert all(r.metrics["tls"] is True and r.metrics["training_iteration"] == 3 for r in grid)
+    assert all(r.metrics["local"] is True and r.metrics["training_iteration"] == 3 for r in grid)
+    monkeypatch.setenv("TUNEPLAT_LOCAL_SOCKET", "0")
+    grid = Tuner(channel_trainable, param_space={"x": tuneplat.grid_search([0.0, 1.0])},
+                 tune_config=TuneConfig(metric="loss", mode="min"),
+                 run_config=RunConfig(storage_path=str(tmp_path), mlflow=False, verbose=0)).fit()
+    assert [r.error for r in grid] == [None, None]
+    assert all(r.metrics["tls"] is True and r.metrics["local"] is False for r in grid)
 
 
 def test_run_config_address_tls_with_security(tmp_path):
@@ -73,7 +83,7 @@ def test_run_config_address_tls_with_security(tmp_path):
                      run_config=RunConfig(storage_path=str(tmp_path), mlflow=False, verbose=0, address=address,
                                           security=security, tuner_port="20000-20100")).fit()
         assert grid[0].error is None
-        assert grid[0].metrics["tls"] is True
+        assert grid[0].metrics["tls"] is True or grid[0].metrics["local"] is True
 
 
 def test_bad_security_and_port_say_what_is_wrong():

@@ -274,13 +274,15 @@ def announce_rank_1_at_step_3(step, rank, world, attempt):
 
     if step == 3 and world == 2:
         if rank == 1:  # (it goes on to its report: its worker is the one that leaves)
-            Variable("tuneplat-test-rank-1").set(get_worker().address)
+            Variable("tuneplat-test-rank-1").set([get_worker().address, os.getpid()])
             Event("tuneplat-test-at-3").set()
         else:  # the group waits at step 3 until the worker was told to leave
             assert Event("tuneplat-test-retired").wait(timeout=120)
 
 
-def test_a_retiring_worker_is_checkpointed_before_it_goes_and_no_step_is_lost(tmp_path, cluster):
+@pytest.mark.parametrize("how", ["retire_workers", "sigterm"])
+def test_a_retiring_worker_is_checkpointed_before_it_goes_and_no_step_is_lost(tmp_path, cluster, how):
+    """The worker of rank 1 is asked to leave (``client.retire_workers``, or SIGTERM to ``dask worker``)."""
     from distributed import Event, Variable
 
     cluster.start(2)
@@ -289,8 +291,11 @@ def test_a_retiring_worker_is_checkpointed_before_it_goes_and_no_step_is_lost(tm
 
     def retire() -> None:
         if at_3.wait(timeout=180):
-            address = Variable("tuneplat-test-rank-1", client=client).get(timeout=30)
-            client.retire_workers([address], close_workers=True)  # the worker is closing from here on
+            address, pid = Variable("tuneplat-test-rank-1", client=client).get(timeout=30)
+            if how == "sigterm":
+                os.kill(pid, signal.SIGTERM)  # `dask worker` closes its worker: it is closing from here on
+            else:
+                client.retire_workers([address], close_workers=True)  # the worker is closing from here on
         retired.set()
 
     thread = threading.Thread(target=retire, daemon=True)

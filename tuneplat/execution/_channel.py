@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._settings import env_seconds
+from .._settings import env_seconds, env_str
 from ._wire import sendall
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "Listener",
     "TunerUnreachable",
     "connect",
+    "connect_local",
     "new_token",
     "parse_port_range",
     "token_id",
@@ -150,17 +151,42 @@ def _recv_raw(sock: socket.socket) -> bytes:
     return _recv_exact(sock, n)
 
 
+def connect_local(name: str | None, token: bytes, where: str = "", timeout: float = 10.0) -> socket.socket | None:
+    """An authenticated connection to the tuner's local socket ``name``, or None where it cannot be reached."""
+    near = _connect_local(name, timeout)
+    return None if near is None else _authenticate(near, token, f"the tuner's local socket @{name}", where)
+
+
+def _connect_local(name: str | None, timeout: float) -> socket.socket | None:
+    """A connection to the tuner's local socket (see :class:`Listener`), or None where there is none to reach."""
+    if not name or not hasattr(socket, "AF_UNIX"):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect("\0" + name)
+        return sock
+    except OSError:  # another host, another network namespace, or no such socket: TCP it is
+        sock.close()
+        return None
+
+
 def connect(address: tuple[str, int], token: bytes, ssl_context: ssl.SSLContext | None = None,
-            timeout: float = 10.0, where: str = "") -> socket.socket:
+            timeout: float = 10.0, where: str = "", local: str | None = None) -> socket.socket:
     """Open an authenticated connection to the tuner (a rank's side); blocking, no timeout afterwards.
+
+    ``local``: the name of the tuner's local socket; a rank in the tuner's
+    network namespace (the same host) uses it, with no TLS and no TCP, and
+    falls back to ``address`` where it cannot reach it.
 
     Raises:
         TunerUnreachable: no TCP (or TLS) connection within ``timeout``; the message names the address.
         AuthError: the peer is not the tuner that issued ``token``.
     """
-    import secrets
-
     host, port = address
+    near = _connect_local(local, timeout)
+    if near is not None:
+        return _authenticate(near, token, f"the tuner's local socket @{local}", where)
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
@@ -177,17 +203,28 @@ def connect(address: tuple[str, int], token: bytes, ssl_context: ssl.SSLContext 
             except (ssl.SSLError, OSError) as exc:
                 raise AuthError(f"TLS handshake with the tuner at {host}:{port}{where} failed: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except BaseException:
+        sock.close()
+        raise
+    return _authenticate(sock, token, f"the tuner at {host}:{port}", where)
+
+
+def _authenticate(sock: socket.socket, token: bytes, peer: str, where: str) -> socket.socket:
+    """The token exchange of the module docstring, on an open connection (closed when it fails)."""
+    import secrets
+
+    try:
         nonce_r = secrets.token_bytes(NONCE_BYTES)
         tid, secret = token[:ID_BYTES], token[ID_BYTES:]
         _send_raw(sock, MAGIC + tid + nonce_r)
         try:
             reply = _recv_raw(sock)
         except (ConnectionError, OSError) as exc:
-            raise TokenRefused(f"the tuner at {host}:{port} refused this rank's token ({exc}): the trial was "
+            raise TokenRefused(f"{peer} refused this rank's token ({exc}): the trial was "
                                "probably ended already") from None
         nonce_t, proof = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
         if len(nonce_t) != NONCE_BYTES or not hmac.compare_digest(proof, _mac(secret, b"tuner", nonce_r, nonce_t)):
-            raise AuthError(f"the process at {host}:{port} is not the tuner that started this trial "
+            raise AuthError(f"the process answering as {peer} is not the tuner that started this trial "
                             "(it does not know the trial's token)")
         _send_raw(sock, _mac(secret, b"rank", nonce_t, nonce_r))
         sock.settimeout(None)
@@ -241,7 +278,8 @@ class Listener:
     """
 
     def __init__(self, selector: selectors.BaseSelector, host: str, ports: tuple[int, int],
-                 ssl_context: ssl.SSLContext | None, lookup: Callable[[bytes], tuple[bytes, Any] | None]) -> None:
+                 ssl_context: ssl.SSLContext | None, lookup: Callable[[bytes], tuple[bytes, Any] | None],
+                 local: bool | None = None) -> None:
         self.selector = selector
         self.ssl_context = ssl_context
         self.lookup = lookup
@@ -252,12 +290,26 @@ class Listener:
         self.sock.setblocking(False)
         self.address: tuple[str, int] = (host, self.sock.getsockname()[1])
         selector.register(self.sock, selectors.EVENT_READ, "accept")
+        #: the local socket's name (Linux abstract namespace: nothing on disk, gone with the process), or None
+        self.local_name: str | None = None
+        if local is None:
+            local = local_socket_enabled()
+        self.local_sock: socket.socket | None = _bind_local() if local else None
+        if self.local_sock is not None:
+            self.local_name = self.local_sock.getsockname()[1:].decode()
+            self.local_sock.setblocking(False)
+            selector.register(self.local_sock, selectors.EVENT_READ, "accept")
 
     # ---------------------------------------------------------------- accepting
     def accept(self) -> None:
+        self._accept(self.sock, tcp=True)
+        if self.local_sock is not None:
+            self._accept(self.local_sock, tcp=False)
+
+    def _accept(self, listening: socket.socket, tcp: bool) -> None:
         while True:
             try:
-                sock, _ = self.sock.accept()
+                sock, _ = listening.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -273,17 +325,20 @@ class Listener:
                     continue
                 logger.warning("tuneplat: accept() on the tuner's port failed: %s", exc)
                 return
+            tls = tcp and self.ssl_context is not None
             try:
                 sock.setblocking(False)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if self.ssl_context is not None:
+                if tcp:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if tls:
+                    assert self.ssl_context is not None
                     sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             except OSError:
                 sock.close()
                 continue
             if len(self.pending) >= MAX_PENDING:
                 self._shed_oldest()
-            conn = Conn(sock, self.ssl_context is not None)
+            conn = Conn(sock, tls)
             self.pending[conn] = None
             self.selector.register(sock, selectors.EVENT_READ, conn)
 
@@ -293,10 +348,13 @@ class Listener:
         self.close_conn(oldest)
 
     def _pause(self) -> None:
-        try:
-            self.selector.unregister(self.sock)
-        except (KeyError, ValueError):
-            pass
+        for listening in (self.sock, self.local_sock):
+            if listening is None:
+                continue
+            try:
+                self.selector.unregister(listening)
+            except (KeyError, ValueError):
+                pass
         self.paused_until = time.monotonic() + _EMFILE_PAUSE_S
 
     # ---------------------------------------------------------------- deadlines
@@ -318,6 +376,8 @@ class Listener:
         if self.paused_until is not None and now >= self.paused_until:
             self.paused_until = None
             self.selector.register(self.sock, selectors.EVENT_READ, "accept")
+            if self.local_sock is not None:
+                self.selector.register(self.local_sock, selectors.EVENT_READ, "accept")
 
     # ---------------------------------------------------------------- reading
     def read(self, conn: Conn) -> list[bytes] | None:
@@ -418,17 +478,55 @@ class Listener:
     def close(self) -> None:
         for conn in list(self.pending):
             self.close_conn(conn)
-        try:
-            self.selector.unregister(self.sock)
-        except (KeyError, ValueError):
-            pass
-        self.sock.close()
+        for listening in (self.sock, self.local_sock):
+            if listening is None:
+                continue
+            try:
+                self.selector.unregister(listening)
+            except (KeyError, ValueError):
+                pass
+            listening.close()
 
 
 def send_frame(sock: socket.socket, data: bytes) -> None:
     """Send one length-prefixed frame; works on blocking and non-blocking (also TLS) sockets."""
 
     sendall(sock, _LEN.pack(len(data)) + data)
+
+
+def local_socket_enabled() -> bool:
+    """``TUNEPLAT_LOCAL_SOCKET`` (1 by default): ranks on the tuner's host use its local socket."""
+    raw = (env_str("TUNEPLAT_LOCAL_SOCKET") or "1").lower()
+    if raw in ("0", "false", "no", "off"):
+        return False
+    if raw in ("", "1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"TUNEPLAT_LOCAL_SOCKET={raw!r}: set it to 1 (the default: ranks on the tuner's host use a "
+                     "local socket) or 0 (every rank connects over TCP, with TLS where the cluster has TLS)")
+
+
+def _bind_local() -> socket.socket | None:
+    """The tuner's local socket: a stream socket in Linux's abstract namespace under a random name.
+
+    Ranks on the tuner's host (its network namespace) connect here instead of
+    to the TCP port: no TLS records and no TCP stack per result. It is as
+    private as TLS on loopback: what crosses it never leaves the kernel (no
+    capture short of root), and a peer still has to prove the trial's token
+    before anything is unpickled. Elsewhere (macOS, Windows) there is none.
+    """
+    import secrets
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind("\0tuneplat-" + secrets.token_hex(12))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        return None
+    return sock
 
 
 def _bind(host: str, ports: tuple[int, int]) -> socket.socket:

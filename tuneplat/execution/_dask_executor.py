@@ -86,6 +86,7 @@ class _Rank:
     chained: bool = False  # started by ("next", spec) on a runner that ran an earlier trial
     started_ack: bool = True  # a chained rank acknowledged "next" (user code runs): False until then
     conn_shut: bool = False  # we shut its connection down (group aborted): its runner cannot take more
+    task_lost_at: float | None = None  # elastic: Dask declared its task lost while the rank was still connected
     request: Mapping[str, float] | None = None  # what the rank was placed with (None: the experiment's request)
     stats: dict[str, Any] | None = None  # what its last heartbeat said (train/_telemetry.py)
     system_seen: float = 0.0  # the sample time of the last system metrics passed to the loop
@@ -433,6 +434,7 @@ class DaskTrialExecutor(TrialExecutor):
                 channel_tls=self.channel_tls, trial_io=ctx.trial_io, elastic=group.elastic,
                 system_metrics_s=self.system_metrics_s,
                 rank_hosts=[x.host for x in placement],
+                tuner_local=self._listener.local_name if self._listener is not None else None,
             )
             if runner is not None:
                 self._chain(runner, group, r, rank_spec)
@@ -484,8 +486,7 @@ class DaskTrialExecutor(TrialExecutor):
             return None
         if ctx.grow_interval_s is not None and time.monotonic() - group.started < ctx.grow_interval_s:
             return None
-        if time.monotonic() - self._last_refresh > 0.5:
-            self._refresh_ledger()  # (workers that joined since)
+        self._refresh_ledger()  # the workers there are now (one scheduler round trip per checkpoint of such a group)
         free = self.ledger.free_count(ctx.request, ctx.world_size - size, ctx.placement_strategy)
         if free <= 0:
             return None
@@ -566,6 +567,8 @@ class DaskTrialExecutor(TrialExecutor):
             for r in g.ranks:
                 if r.conn is not None and not r.finished:
                     deadlines.append(r.last_seen + self.hang_timeout_s + 0.01)
+                    if r.task_lost_at is not None and g.preempted is None:
+                        deadlines.append(r.task_lost_at + TASK_LOST_GRACE_S + 0.01)
             if g.first_report and self.report_timeout_s > 0 and not g.aborted:
                 deadlines.append(min(g.first_report.values()) + self.report_timeout_s + 0.01)
         if self.board is not None:
@@ -1006,6 +1009,14 @@ class DaskTrialExecutor(TrialExecutor):
                 # a chained rank whose task ended before it acknowledged "next": no user code ran
                 self._lost_before_start(group, rank)
                 continue
+            if (group.elastic and fut is not None and fut.status == "error" and rank.finished is None
+                    and rank.conn is not None and type(fut.exception()).__name__ == "KilledWorker"):
+                # an elastic group's rank whose Dask worker left the scheduler (it is closing: SIGTERM, a retire)
+                # while the rank still runs and talks to the tuner: its connection decides (a notice comes from it;
+                # a process that really died drops it). Nothing more is placed there.
+                self.ledger.quarantine(rank.assignment.address)
+                rank.task_lost_at = time.monotonic()  # (no notice within TASK_LOST_GRACE_S: it is lost)
+                continue
             self._release(rank)
             if fut is not None and fut.status == "error" and rank.finished is None:
                 exc = fut.exception()
@@ -1064,6 +1075,19 @@ class DaskTrialExecutor(TrialExecutor):
 
     def _check_hangs(self, now: float) -> None:
         for g in list(self.groups.values()):
+            for r in g.ranks:  # elastic: a rank whose Dask worker left without a preemption notice is lost
+                if (r.task_lost_at is not None and not r.finished and g.preempted is None
+                        and now - r.task_lost_at > TASK_LOST_GRACE_S):
+                    r.finished = "dead"
+                    self._fail_group(g, f"rank {r.index} on {r.assignment.address}: its Dask worker left the "
+                                        f"cluster (KilledWorker) and no preemption notice came within "
+                                        f"{TASK_LOST_GRACE_S:g}s")
+                    if r.channel is not None:
+                        self._drop_conn(r.channel)
+                    r.conn = None
+                    r.channel = None
+                    self._forget_rank(r)
+                    self._maybe_end_group(g)
             for r in g.ranks:
                 if r.conn is None or r.finished or now - r.last_seen <= self.hang_timeout_s:
                     continue
@@ -1304,6 +1328,11 @@ class DaskTrialExecutor(TrialExecutor):
         self._events.append(Ended(group.trial_id, outcome, message, tb, world_size=len(group.ranks),
                                   preempted=outcome is Outcome.RESIZED and group.preempted is not None))
         self._serve_leases()  # slots were freed: waiting nested groups first
+
+
+#: an elastic rank whose Dask task was declared lost while its connection lives: how long a preemption notice
+#: may take to come before the rank counts as lost (its worker is closing: the rank sees it within 0.1 s)
+TASK_LOST_GRACE_S = env_seconds("TUNEPLAT_TASK_LOST_GRACE_S", 2)
 
 
 def _process_gone(rank: Any) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 from .._settings import env_seconds
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
 from . import _stacks
-from ._channel import TokenRefused, connect
+from ._channel import TokenRefused, connect, connect_local
 from ._trial_io import apply_trial_io
 from ._wire import recv_msg, send_msg
 
@@ -257,7 +257,7 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
         trainable = trainable._tuneplat_resolve(*deps)  # type: ignore[attr-defined]
     try:
         sock = connect_tuner(spec.tuner_addr, spec.token, spec.channel_tls, f" from rank {spec.rank} of trial "
-                             f"{spec.trial_id} on {socket.gethostname()} ({spec.host})")
+                             f"{spec.trial_id} on {socket.gethostname()} ({spec.host})", local=spec.tuner_local)
     except TokenRefused:  # the tuner ended this trial before the rank connected: it runs nothing
         return "not started"
     send_msg(sock, ("hello", spec.rank, os.getpid(), socket.gethostname()))
@@ -324,8 +324,13 @@ def channel_client_context(tls: bool, worker: Any = None) -> Any:
     return ctx
 
 
-def connect_tuner(addr: tuple[str, int], token: bytes, tls: bool, where: str = "") -> socket.socket:
-    """An authenticated connection to the tuner (TLS with this worker's certificates when ``tls``)."""
+def connect_tuner(addr: tuple[str, int], token: bytes, tls: bool, where: str = "",
+                  local: str | None = None) -> socket.socket:
+    """An authenticated connection to the tuner: its local socket when this rank is on the tuner's host
+    (``local``), else TCP (TLS with this worker's certificates when ``tls``)."""
+    near = connect_local(local, token, where)
+    if near is not None:
+        return near
     return connect(tuple(addr), token, channel_client_context(tls), timeout=CONNECT_TIMEOUT_S,  # type: ignore[arg-type]
                    where=where)
 

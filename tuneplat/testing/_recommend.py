@@ -200,6 +200,10 @@ def recommend(experiment_path: str, *, tolerance: str | float = "1%", slots: int
     tol, relative = parse_tolerance(tolerance)
     probe: SimulationReport = simulate(path, "fifo", {}, slots=slots, metric=metric, mode=mode)
     metric, mode, slots = probe.metric, probe.mode, probe.slots
+    if isinstance(metric, list):
+        raise ValueError(f"{path}: the experiment has several objectives {metric}; --recommend ranks schedulers by "
+                         "the compute to a near-best value of one: use tuneplat.testing.recommend(path, metric=..., "
+                         "mode=...), or compare MO-ASHA settings with tuneplat simulate --scheduler asha")
     trials, _ = load_trials(path)
     curves = {t.trial_id: _curve_of(t) for t in trials if t.results}
     values = [v for c in curves.values() for v in (_finite(r.get(metric)) for r in c) if v is not None]

@@ -59,6 +59,10 @@ class RunFigures:
     best_value: float | None
     best_trial: str | None
     best_config: dict[str, Any] | None
+    #: several objectives: trials on the Pareto front of the last values, and (two objectives) its hypervolume
+    #: against a reference point shared by the recorded and the simulated run (the worst last values, +10%)
+    pareto_size: int | None = None
+    hypervolume: float | None = None
 
 
 @dataclass
@@ -66,8 +70,8 @@ class SimulationReport:
     """The recorded run beside the simulated one; ``stops`` maps trial id → iteration it was stopped at."""
 
     experiment: str
-    metric: str
-    mode: str
+    metric: Any  # a name, or a list of names (several objectives)
+    mode: Any
     scheduler: str
     settings: dict[str, Any]
     slots: int
@@ -100,6 +104,11 @@ class SimulationReport:
             ("trial-time (s)", f"{r.trial_seconds:.1f}", f"{s.trial_seconds:.1f}", ratio(r.trial_seconds, s.trial_seconds)),
             (f"best {self.metric} ({self.mode})", best(r), best(s), ""),
         ]
+        if r.pareto_size is not None:  # several objectives
+            rows[-1] = ("Pareto front (trials)", str(r.pareto_size), str(s.pareto_size), "")
+            if r.hypervolume is not None and s.hypervolume is not None:
+                rows.append(("hypervolume", f"{r.hypervolume:.6g}", f"{s.hypervolume:.6g}",
+                             ratio(r.hypervolume, s.hypervolume)))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
         settings = ", ".join(f"{k}={v!r}" for k, v in self.settings.items()) or "defaults"
@@ -139,6 +148,48 @@ def _curve_of(trial: Trial) -> list[dict[str, Any]]:
         if isinstance(it, int):
             by_iteration[it] = r
     return [by_iteration[i] for i in sorted(by_iteration)]
+
+
+def _objective_rows(trials: list[Trial], curves: Mapping[str, list[dict[str, Any]]], metrics: list[str],
+                    modes: list[str]) -> list[tuple[float, ...]]:
+    """Each trial's last values, lower is better; trials missing an objective are left out."""
+    rows = []
+    for t in trials:
+        curve = curves[t.trial_id]
+        if not curve:
+            continue
+        row = []
+        for m, d in zip(metrics, modes):
+            v = curve[-1].get(m)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                break
+            row.append(float(v) if d == "min" else -float(v))
+        else:
+            rows.append(tuple(row))
+    return rows
+
+
+def _hypervolume_2d(points: list[tuple[float, ...]], ref: tuple[float, ...]) -> float:
+    inside = sorted(p for p in points if p[0] < ref[0] and p[1] < ref[1])
+    volume, best = 0.0, ref[1]
+    for x, y in inside:
+        if y < best:
+            volume += (ref[0] - x) * (best - y)
+            best = y
+    return volume
+
+
+def _mo_figures(figures: RunFigures, trials: list[Trial], curves: Mapping[str, list[dict[str, Any]]],
+                metrics: list[str], modes: list[str], ref: tuple[float, ...] | None) -> RunFigures:
+    from schedulers import nondominated_fronts
+
+    rows = _objective_rows(trials, curves, metrics, modes)
+    fronts = nondominated_fronts(rows) if rows else []
+    front = [rows[i] for i in fronts[0]] if fronts else []
+    figures.pareto_size = len(front)
+    if ref is not None and len(metrics) == 2:
+        figures.hypervolume = _hypervolume_2d(front, ref)
+    return figures
 
 
 def _figures(trials: list[Trial], curves: Mapping[str, list[dict[str, Any]]], metric: str, mode: str) -> RunFigures:
@@ -195,7 +246,7 @@ def _cut_short(journal: list[dict[str, Any]]) -> set[str]:
     return out
 
 
-def make_scheduler(name: str, settings: Mapping[str, Any], metric: str, mode: str) -> Any:
+def make_scheduler(name: str, settings: Mapping[str, Any], metric: Any, mode: Any) -> Any:
     """A scheduler from its sweep-file name and keyword settings (clear errors for both)."""
     key = name.lower().replace("-", "_")
     if key not in SCHEDULER_NAMES:
@@ -214,7 +265,7 @@ def make_scheduler(name: str, settings: Mapping[str, Any], metric: str, mode: st
 
 
 def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapping[str, Any] | None = None, *,
-             slots: int | None = None, metric: str | None = None, mode: str | None = None) -> SimulationReport:
+             slots: int | None = None, metric: Any = None, mode: Any = None) -> SimulationReport:
     """Replay a recorded experiment's learning curves under ``scheduler`` in virtual time.
 
     Args:
@@ -241,7 +292,11 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
     trials, meta = load_trials(path)
     metric = metric or meta.get("metric")
     mode = mode or meta.get("mode")
-    if not isinstance(metric, str) or mode not in ("min", "max"):
+    multi = isinstance(metric, list)
+    if multi:  # several objectives (MO-ASHA, multi-objective HyperBand): Pareto front and hypervolume
+        if not (isinstance(mode, list) and len(mode) == len(metric) and all(d in ("min", "max") for d in mode)):
+            raise ValueError(f"{path}: metric={metric!r} needs one mode per metric, got mode={mode!r}")
+    elif not isinstance(metric, str) or mode not in ("min", "max"):
         raise ValueError(f"{path}: the experiment has no single metric/mode to judge by (metric={metric!r}, "
                          f"mode={mode!r}); pass metric= and mode=")
     trials = [t for t in trials if t.results]
@@ -290,14 +345,23 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
         sim_curves[rec.trial_id] = sim_results.get(sim_id, [])
         for row in sim_curves[rec.trial_id]:
             timeline.append((float(row.get("timestamp") or 0.0), float(row.get("time_this_iter_s") or 0.0),
-                             row.get(metric)))
+                             row.get(metric[0] if multi else metric)))
         if sim_id in sim_stops:
             stops[rec.trial_id] = sim_stops[sim_id]
         elif len(sim_curves[rec.trial_id]) >= len(curves[rec.trial_id]) and rec.trial_id in cut_short:
             truncated += 1  # the recorded run's scheduler cut it short here; the simulated one would have gone on
+    first_metric, first_mode = (metric[0], mode[0]) if multi else (metric, mode)
+    recorded = _figures(trials, curves, first_metric, first_mode)
+    simulated = _figures(sim_trials, sim_curves, first_metric, first_mode)
+    if multi:
+        rows = _objective_rows(trials, curves, metric, mode)
+        ref = tuple(max(r[k] for r in rows) + 0.1 * abs(max(r[k] for r in rows)) + 1e-9
+                    for k in range(len(metric))) if rows else None
+        recorded = _mo_figures(recorded, trials, curves, metric, mode, ref)
+        simulated = _mo_figures(simulated, sim_trials, sim_curves, metric, mode, ref)
     return SimulationReport(
         experiment=path, metric=metric, mode=mode, scheduler=sched_name, settings=settings, slots=slots,
-        recorded=_figures(trials, curves, metric, mode), simulated=_figures(sim_trials, sim_curves, metric, mode),
+        recorded=recorded, simulated=simulated,
         truncated=truncated, stops=stops, recorded_stops=_recorded_stops(journal),
         timeline=sorted(timeline, key=lambda item: item[0]),
     )

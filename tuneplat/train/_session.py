@@ -82,6 +82,7 @@ class RankSpec:
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     system_metrics_s: float = 5.0  # how often the rank samples CPU/memory/GPU (0: never); see train/_telemetry.py
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
+    tuner_local: str | None = None  # the tuner's local socket (same host): see execution._channel.Listener
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
     rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
@@ -581,3 +582,27 @@ def get_context() -> TrainContext:
     """
     session = current_session()
     return session.context if session is not None else TrainContext(None)
+
+
+def _monitor() -> RankMonitor | None:
+    session = current_session()
+    return getattr(session, "monitor", None) if session is not None else None
+
+
+def count_samples(n: int, waited_s: float | None = None) -> None:
+    """Count a batch of ``n`` samples (and the time spent waiting for it) for this rank's throughput.
+
+    Called by :func:`tuneplat.train.torch.prepare_data_loader`'s loader for
+    every batch; dataset shards call it too. A no-op outside a trial.
+    """
+    m = _monitor()
+    if m is not None:
+        m.on_batch(n, waited_s)
+
+
+def note_data_wait(seconds: float) -> None:
+    """Add time this rank spent waiting for data without drawing a batch. A no-op outside a trial."""
+    m = _monitor()
+    if m is not None:
+        m.wait_known = True
+        m.data_wait_s += seconds

@@ -24,7 +24,7 @@ from typing import Any
 
 from .._settings import env_seconds
 
-__all__ = ["RankMonitor", "count_samples", "note_data_wait", "system_metrics_period"]
+__all__ = ["RankMonitor", "system_metrics_period"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -163,29 +163,3 @@ class RankMonitor:
             out["system"] = dict(self._system)
             out["system_at"] = time.time()
         return out
-
-
-def _monitor() -> RankMonitor | None:
-    from ._session import current_session
-
-    session = current_session()
-    return getattr(session, "monitor", None) if session is not None else None
-
-
-def count_samples(n: int, waited_s: float | None = None) -> None:
-    """Count a batch of ``n`` samples (and the time spent waiting for it) for this rank's throughput.
-
-    Called by :func:`tuneplat.train.torch.prepare_data_loader`'s loader for
-    every batch; dataset shards call it too. A no-op outside a trial.
-    """
-    m = _monitor()
-    if m is not None:
-        m.on_batch(n, waited_s)
-
-
-def note_data_wait(seconds: float) -> None:
-    """Add time this rank spent waiting for data without drawing a batch. A no-op outside a trial."""
-    m = _monitor()
-    if m is not None:
-        m.wait_known = True
-        m.data_wait_s += seconds

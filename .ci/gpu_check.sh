@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU checks, as one script for a lent GPU machine (see benchmarks/README.md, "GPU"): the `gpu`-marked tests
+# and the GPU benchmarks, with their output under $OUT (or ./gpu_out). Wheels missing on that machine (dask,
+# distributed, optuna, cryptography, ...) may be carried in ./.whl and are installed into /tmp/site first.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu_out}"
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH="/tmp/site:$PWD"
+else
+  export PYTHONPATH="$PWD"
+fi
+export PYTHONUNBUFFERED=1 TMPDIR="${TMPDIR:-/tmp}"
+{ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } \
+  2>&1 | tee "$OUT/device.txt"
+timeout "${GPU_TEST_TIMEOUT:-300}" python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" --timeout=240 \
+  tests 2>&1 | tee "$OUT/gpu_tests.log"
+echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
+for bench in ${GPU_BENCHMARKS:-benchmarks/gpu_packing.py}; do
+  [ -f "$bench" ] || continue
+  name=$(basename "$bench" .py)
+  timeout "${GPU_BENCH_TIMEOUT:-200}" python3 "$bench" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  echo "$bench exit: $?" | tee -a "$OUT/gpu_tests.log"
+done
+exit 0

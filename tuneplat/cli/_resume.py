@@ -1,0 +1,82 @@
+"""``tuneplat resume``: continue an interrupted experiment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from ._common import (
+    ORIGIN_FILE,
+    SWEEP_COPY,
+    _cluster_overrides,
+    _Fail,
+    _fetch_remote,
+    _fit,
+    _load,
+    _prepare_imports,
+    _quiet_libraries,
+    _summary,
+)
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from .._tuner import Tuner
+    from ..storage._storage import is_remote
+
+    path, _fs, _url = _fetch_remote(args.experiment_dir)
+    if not Tuner.can_restore(path):
+        raise _Fail(
+            f"{args.experiment_dir}: not a tuneplat experiment folder (no journal.jsonl); "
+            "expected <storage_path>/<name>"
+        )
+    origin = {}
+    if os.path.exists(os.path.join(path, ORIGIN_FILE)):
+        with open(os.path.join(path, ORIGIN_FILE), encoding="utf-8") as f:
+            origin = json.load(f)
+    _prepare_imports([d for d in (origin.get("cwd"), origin.get("sweep_dir")) if d and os.path.isdir(d)])
+    saved = os.path.join(path, SWEEP_COPY)
+    overrides = []
+    if args.address:
+        overrides.append(f"run.address={json.dumps(args.address)}")
+    overrides += _cluster_overrides(args)
+    if args.verbose:
+        overrides.append("run.verbose=2")
+    if args.quiet:
+        overrides.append("run.verbose=0")
+    kwargs: dict[str, Any] = {}
+    if os.path.exists(saved):
+        if args.trainable:
+            overrides.append(f"trainable={json.dumps(args.trainable)}")
+        sweep = _load(saved, overrides)
+        _quiet_libraries(args.verbose)
+        trainable = sweep.trainable
+        kwargs = {
+            "param_space": sweep.param_space,
+            "tune_config": sweep.tune_config,
+            "run_config": sweep.run_config,
+            "scaling_config": sweep.scaling_config,
+        }
+    elif args.trainable:
+        from ..config import import_object
+
+        try:
+            trainable = import_object(args.trainable)
+        except ImportError as exc:
+            raise _Fail(f"--trainable: {exc}") from None
+    else:
+        raise _Fail(
+            f"{args.experiment_dir} has no {SWEEP_COPY} (it was not started by `tuneplat run`); "
+            "pass --trainable module:function"
+        )
+    try:
+        tuner = Tuner.restore(
+            args.experiment_dir if is_remote(args.experiment_dir) else path, trainable, resume_errored=args.resume_errored, restart_errored=args.restart_errored, **kwargs
+        )
+    except (ValueError, TypeError, OSError) as exc:
+        raise _Fail(f"cannot restore {args.experiment_dir}: {str(exc).splitlines()[0]}") from None
+    if not kwargs and (args.verbose or args.quiet):
+        tuner.run_config.verbose = 2 if args.verbose else 0
+    results = _fit(tuner)
+    return _summary(results, path, tuner.tune_config.metric, tuner.tune_config.mode, tuner.run_config.verbose)
