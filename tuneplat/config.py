@@ -663,6 +663,9 @@ _FAILURE_FIELDS: dict[str, Field | None] = {
     "max_failures": _f(lambda v: _is_int(v) and v >= -1, "an int >= 0, or -1 for unlimited"),
     "fail_fast": _f(lambda v: isinstance(v, bool) or v == "raise", "true, false or 'raise'"),
     "max_preemption_failures": _f(lambda v: _is_int(v) and v >= -1, "an int >= 0, or -1 for unlimited"),
+    "oom_halve": OPT_STR,
+    "oom_double": OPT_STR,
+    "max_oom_retries": _f(lambda v: _is_int(v) and v >= 0, "an int >= 0"),
 }
 _CHECKPOINT_FIELDS: dict[str, Field | None] = {
     "num_to_keep": _f(lambda v: v is None or (_is_int(v) and v >= 1), "an int >= 1 or null (keep all)"),

@@ -168,10 +168,23 @@ def test_every_domain_is_documented():
      schedulers.MedianStoppingRule),
     ("async_hyperband", "max_t: 10", schedulers.AsyncHyperBandScheduler),
     ("fifo", "", schedulers.FIFOScheduler),
+    ("pasha", "max_t: 27, reduction_factor: 3, epsilon: auto", schedulers.PASHAScheduler),
+    ("asha", "max_t: 30, rung_levels: [1, 3, 10], cost_attr: time_total_s, metric: [a, b], mode: [min, max], "
+             "mo_tiebreak: epsnet", schedulers.ASHAScheduler),
 ])
 def test_scheduler_types(tmp_path, kind, extra, cls):
     s = sweep_from(tmp_path, f"trainable: examples.toy:learning_curve\nscheduler: {{type: {kind}{', ' + extra if extra else ''}}}\n")
     assert type(s.tune_config.scheduler) is cls
+
+
+def test_mo_asha_and_oom_retry_from_a_sweep_file(tmp_path):
+    s = sweep_from(tmp_path, "trainable: examples.toy:learning_curve\nmetric: [a, b]\nmode: [min, min]\n"
+                             "scheduler: {type: asha, max_t: 9, rung_levels: [1, 3], mo_tiebreak: epsnet}\n"
+                             "run: {failure: {oom_halve: train_loop_config.mb, oom_double: acc, max_oom_retries: 2}}\n")
+    sch = s.tune_config.scheduler
+    assert sch.rung_milestones() == [1, 3] and sch.mo_tiebreak == "epsnet"
+    assert s.run_config.failure_config == tune.FailureConfig(oom_halve="train_loop_config.mb", oom_double="acc",
+                                                             max_oom_retries=2)
 
 
 def test_pbt_mutations_and_optuna_pruner(tmp_path):

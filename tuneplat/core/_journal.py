@@ -9,6 +9,8 @@ import os
 import time
 from typing import Any
 
+from ._events import Event, schema_problem
+
 __all__ = ["Journal", "JournalError", "read_journal", "to_jsonable"]
 
 
@@ -50,7 +52,10 @@ class Journal:
         self._dirty = False
         self._last_sync = time.monotonic()
 
-    def append(self, event: dict[str, Any]) -> None:
+    def append(self, event: Event | dict[str, Any]) -> None:
+        """Append one event (typed, or its JSON object); its ``time`` is now unless it has one."""
+        if isinstance(event, Event):
+            event = event.to_json()
         event.setdefault("time", time.time())
         try:
             line = json.dumps(event)
@@ -112,36 +117,6 @@ def _cut_torn_tail(path: str) -> None:
         os.fsync(f.fileno())
 
 
-#: what the events that restore replays must hold (name -> (type, ...)); other keys are optional
-_SHAPES: dict[str, dict[str, tuple[type, ...]]] = {
-    "trial_add": {"trial_id": (str,), "path": (str,)},
-    "trial_start": {"trial_id": (str,)},
-    "result": {"trial_id": (str,), "result": (dict,)},
-    "superseded": {"trial_id": (str,), "after_iteration": (int,)},
-    "checkpoint": {"trial_id": (str,), "path": (str,)},
-    "checkpoint_deleted": {"trial_id": (str,), "path": (str,)},
-    "trial_end": {"trial_id": (str,), "status": (str,)},
-    "exploit": {"trial_id": (str,)},
-}
-_STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
-
-
-def _shape_problem(event: Any) -> str | None:
-    if not isinstance(event, dict):
-        return f"a JSON {type(event).__name__} where an event object was expected"
-    kind = event.get("event")
-    if not isinstance(kind, str):
-        return "an object without its \"event\" name"
-    for key, types in _SHAPES.get(kind, {}).items():
-        if key not in event:
-            return f"a {kind!r} event without its {key!r}"
-        if not isinstance(event[key], types) or isinstance(event[key], bool):
-            return f"a {kind!r} event whose {key!r} is {type(event[key]).__name__}, not {types[0].__name__}"
-    if kind == "trial_end" and event["status"] not in _STATUSES:
-        return f"a 'trial_end' event with status {event['status']!r} (not one of {', '.join(_STATUSES)})"
-    return None
-
-
 def read_journal(path: str) -> list[dict[str, Any]]:
     """All events; a torn (unparseable) last line is dropped, damage elsewhere raises.
 
@@ -168,7 +143,7 @@ def read_journal(path: str) -> list[dict[str, Any]]:
                 f"{path}:{i + 1}: damaged journal line ({exc.msg}); only the last line may be torn. "
                 "Restore the file from a backup or cut it before this line to restore up to here."
             ) from None
-        problem = _shape_problem(event)
+        problem = schema_problem(event)
         if problem is not None:
             raise JournalError(
                 f"{path}:{i + 1}: damaged journal line: {problem}. Restore the file from a backup, or cut it "

@@ -486,8 +486,7 @@ class DaskTrialExecutor(TrialExecutor):
             return None
         if ctx.grow_interval_s is not None and time.monotonic() - group.started < ctx.grow_interval_s:
             return None
-        if time.monotonic() - self._last_refresh > 0.5:
-            self._refresh_ledger()  # (workers that joined since)
+        self._refresh_ledger()  # the workers there are now (one scheduler round trip per checkpoint of such a group)
         free = self.ledger.free_count(ctx.request, ctx.world_size - size, ctx.placement_strategy)
         if free <= 0:
             return None
