@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .core._view import TunerView
 
 __all__ = ["CLIReporter", "JupyterNotebookReporter", "ProgressReporter", "SyncConfig", "reporter_callbacks"]
 
@@ -127,7 +130,7 @@ def reporter_callbacks(progress_reporter: Any) -> list[Any]:
     from .core._callbacks import ControllerCallback
 
     class _Reporting(ControllerCallback):
-        def on_experiment_start(self, ctrl: Any) -> None:
+        def on_experiment_start(self, ctrl: TunerView) -> None:
             import time
 
             setup = getattr(progress_reporter, "setup", None)
@@ -135,19 +138,19 @@ def reporter_callbacks(progress_reporter: Any) -> list[Any]:
                 setup(start_time=time.time(), total_samples=getattr(ctrl.searcher, "total", None) or None,
                       metric=ctrl.metric, mode=ctrl.mode)
 
-        def _maybe(self, ctrl: Any) -> None:
+        def _maybe(self, ctrl: TunerView) -> None:
             trials = list(ctrl.trials)
             ask = getattr(progress_reporter, "should_report", None)
             if not callable(ask) or ask(trials, done=False):
                 progress_reporter.report(trials, False)
 
-        def on_trial_result(self, ctrl: Any, trial: Any, result: dict[str, Any]) -> None:
+        def on_trial_result(self, ctrl: TunerView, trial: Any, result: dict[str, Any]) -> None:
             self._maybe(ctrl)
 
-        def on_trial_complete(self, ctrl: Any, trial: Any) -> None:
+        def on_trial_complete(self, ctrl: TunerView, trial: Any) -> None:
             self._maybe(ctrl)
 
-        def on_experiment_end(self, ctrl: Any, status: str) -> None:
+        def on_experiment_end(self, ctrl: TunerView, status: str) -> None:
             progress_reporter.report(list(ctrl.trials), True)
 
     return [_Reporting()]

@@ -162,12 +162,14 @@ def test_with_resources_by_config_script(tmp_path):
     assert "GPU=1" in line(proc, "ERROR") and "0 GPU(s)" in line(proc, "ERROR")
 
 
+@pytest.mark.slow  # long end-to-end (its subject runs in the default lane: train/, tracking/)
 def test_torch_linear_ddp_example(tmp_path):
     proc = run_subprocess("torch_linear_example", tmp_path)
     loss, iteration = line(proc, "FINAL_LOSS").split(" ITER ")
     assert int(iteration) == 3 and float(loss) < 5.0
 
 
+@pytest.mark.slow  # long end-to-end (its subject runs in the default lane: train/, tracking/)
 def test_mlflow_example_callback_and_setup(tmp_path):
     proc = run_subprocess("mlflow_example", tmp_path)
     callback_runs = line(proc, "RUNS mlflow_callback_example")

@@ -31,6 +31,11 @@ __all__ = [
     "schema_problem",
 ]
 
+def _when_set() -> Any:
+    """A field left out of the JSON while it is None (the loop writes it only in some cases)."""
+    return field(default=None, metadata={"omit_none": True})
+
+
 #: the statuses a ``trial_end`` may carry (:class:`tuneplat.TrialStatus` values)
 STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
 
@@ -44,12 +49,12 @@ class Event:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        """The event as the JSON object of its journal line (``None`` fields left out, ``extra`` kept)."""
+        """The event as the JSON object of its journal line (``extra`` kept; ``time`` and the fields
+        written only in some cases are left out while they are None)."""
         out: dict[str, Any] = {"event": self.kind}
-        required = _REQUIRED.get(type(self), frozenset())
         for name, (key, _, _) in _TYPES[type(self)].items():
             value = getattr(self, name)
-            if value is not None or name in required:
+            if value is not None or name not in _OMIT_NONE[type(self)]:
                 out[key] = value
         out.update(self.extra)
         return out
@@ -83,8 +88,8 @@ class ExperimentEnd(Event):
 
     kind: ClassVar[str] = "experiment_end"
     status: str
-    error: str | None = None
-    traceback: str | None = None
+    error: str | None = _when_set()
+    traceback: str | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +112,7 @@ class TrialStart(TrialEvent):
     start_iteration: int | None = None
     workers: Any = None
     checkpoint: str | None = None
-    resources: dict[str, Any] | None = None
+    resources: dict[str, Any] | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +131,7 @@ class Decision(TrialEvent):
     iteration: int | None = None
     decision: str | None = None
     reason: str | None = None
-    pruned: bool | None = None
+    pruned: bool | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,8 +142,8 @@ class CheckpointSaved(TrialEvent):
     path: str
     iteration: int | None = None
     metrics: dict[str, Any] | None = None
-    cloned_from: str | None = None
-    cloned_iteration: int | None = None
+    cloned_from: str | None = _when_set()
+    cloned_iteration: int | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,8 +195,8 @@ class TrialFailure(TrialEvent):
     message: str | None = None
     traceback: str | None = None
     retry: bool | None = None
-    failure_kind: str | None = field(default=None, metadata={"json": "kind"})  # its JSON key is "kind"
-    oom_retry: bool | None = None
+    failure_kind: str | None = field(default=None, metadata={"json": "kind", "omit_none": True})  # JSON: "kind"
+    oom_retry: bool | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,8 +221,8 @@ class TrialEnd(TrialEvent):
     traceback: str | None = None
     stop_reason: str | None = None
     iteration: int | None = None
-    error_kind: str | None = None
-    resumable: bool | None = None
+    error_kind: str | None = _when_set()
+    resumable: bool | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -358,6 +363,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 _TYPES: dict[type[Event], dict[str, tuple[str, tuple[type, ...], bool]]] = {}  # field -> (json key, types, optional)
 _REQUIRED: dict[type[Event], frozenset[str]] = {}
+_OMIT_NONE: dict[type[Event], frozenset[str]] = {}
 
 
 def _types_of(hint: Any) -> tuple[tuple[type, ...], bool]:
@@ -398,6 +404,8 @@ for _cls in EVENT_TYPES.values():
             _required.add(_f.name)
     _TYPES[_cls] = _fields
     _REQUIRED[_cls] = frozenset(_required)
+    _OMIT_NONE[_cls] = frozenset(
+        f.name for f in dataclasses.fields(_cls) if f.name == "time" or f.metadata.get("omit_none"))
 
 
 def schema_problem(data: Any) -> str | None:

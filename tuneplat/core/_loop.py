@@ -68,10 +68,12 @@ from ..search._searcher import BasicVariantGenerator, Searcher
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
 from ..tracking._progress import ProgressReporter
+from . import _events as ev
 from ._journal import Journal, to_jsonable
 from ._oom import OOM, failure_kind, shrink_config
 from ._stop import MetricCheck, StopRules
 from ._trial import Trial, TrialStatus
+from ._view import TunerView
 
 logger = logging.getLogger("tuneplat")
 
@@ -146,6 +148,7 @@ class TuneLoop:
         self.scheduler: TrialScheduler = tune_config.scheduler or FIFOScheduler()
         self.trials: list[Trial] = list(trials or [])
         self.by_id: dict[str, Trial] = {t.trial_id: t for t in self.trials}
+        self.view = TunerView(self)  # what callbacks see (read-only)
         self.queue: collections.deque[Trial] = collections.deque()
         self.running: dict[str, _Running] = {}
         self.searcher_done = False
@@ -222,7 +225,7 @@ class TuneLoop:
         for t in self.trials:
             if t.recovered_result:  # its result line was lost with the last tuner: journal it now
                 t.recovered_result = False
-                self.journal.append({"event": "result", "trial_id": t.trial_id, "result": to_jsonable(t.results[-1])})
+                self.journal.append(ev.Result(trial_id=t.trial_id, result=to_jsonable(t.results[-1])))
             self.scheduler.on_trial_add(t.trial_id, t.config)
             for r in t.results:
                 self.scheduler.on_trial_result(t.trial_id, r)
@@ -253,15 +256,14 @@ class TuneLoop:
             if self.executor.dashboard_link:
                 self.reporter.say(f"tuneplat: Dask dashboard at {self.executor.dashboard_link}")
             self.reporter.say(f"tuneplat: experiment folder {self.experiment_dir}")
-            self.journal.append({"event": "experiment", "name": self.experiment_name,
-                                 "metric": self.metric, "mode": self.mode, "num_samples": self.tc.num_samples,
-                                 "scheduler": to_jsonable(self.scheduler.describe()),
-                                 "searcher": type(self.searcher).__name__, "resume": self.resume,
-                                 "scaling": {"num_workers": self.world_size, "resources_per_worker": self.request,
-                                             **({"min_workers": self.min_world_size}
-                                                if self.min_world_size is not None else {})}})
+            self.journal.append(ev.Experiment(
+                name=self.experiment_name, metric=self.metric, mode=self.mode, num_samples=self.tc.num_samples,
+                scheduler=to_jsonable(self.scheduler.describe()), searcher=type(self.searcher).__name__,
+                resume=self.resume,
+                scaling={"num_workers": self.world_size, "resources_per_worker": self.request,
+                         **({"min_workers": self.min_world_size} if self.min_world_size is not None else {})}))
             for cb in self.callbacks:
-                cb.on_experiment_start(self)
+                self._record(cb.on_experiment_start(self.view))
             if threading.current_thread() is threading.main_thread():
                 old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
             self._looping = True
@@ -332,16 +334,14 @@ class TuneLoop:
         tb = "".join(traceback.format_exception(self.error)) if self.error is not None else None
         for cb in self.callbacks:
             try:
-                cb.on_experiment_end(self, status)
+                self._record(cb.on_experiment_end(self.view, status))
             except Exception:  # noqa: BLE001 - a callback must not lose the results
                 logger.exception("tuneplat: callback %r failed at experiment end", cb)
         journal = self.journal
         if journal is not None:
-            event: dict[str, Any] = {"event": "experiment_end", "status": status}
-            if tb:
-                event["error"] = f"{type(self.error).__name__}: {self.error}"
-                event["traceback"] = tb
-            self._guarded(journal.append, event)
+            end = ev.ExperimentEnd(status=status, error=f"{type(self.error).__name__}: {self.error}" if tb else None,
+                                   traceback=tb or None)
+            self._guarded(journal.append, end)
         if self._io_pool is not None:
             self._guarded(self._io_pool.shutdown, True)  # deletions (and commits of an ended loop) finish
         self._guarded(self.reporter.finish, self.trials, status)
@@ -395,12 +395,11 @@ class TuneLoop:
                 run.started = True
         elif isinstance(event, RankFailed):
             assert self.journal is not None
-            self.journal.append({"event": "rank_failure", "trial_id": event.trial_id, "attempt": event.attempt,
-                                 "message": event.message})
+            self.journal.append(ev.RankFailure(trial_id=event.trial_id, attempt=event.attempt,
+                                               message=event.message))
         elif isinstance(event, Preempted):
             assert self.journal is not None
-            self.journal.append({"event": "preempt_notice", "trial_id": event.trial_id, "host": event.host,
-                                 "message": event.message})
+            self.journal.append(ev.PreemptNotice(trial_id=event.trial_id, host=event.host, message=event.message))
             self.reporter.event(f"trial {event.trial_id}: host {event.host} is leaving ({event.message}); "
                                 "checkpointing, then resizing")
         elif isinstance(event, Starved):
@@ -419,21 +418,21 @@ class TuneLoop:
             hook = getattr(cb, "on_system_metrics", None)
             if hook is not None:
                 try:
-                    hook(self, trial, event.system, event.timestamp)
+                    hook(self.view, trial, event.system, event.timestamp)
                 except Exception:  # noqa: BLE001 - observability must never end an experiment
                     logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
         last = self._stats_journaled.get(event.trial_id, 0.0)
         if event.timestamp - last >= self._stats_journal_s:
             self._stats_journaled[event.trial_id] = event.timestamp
             assert self.journal is not None
-            self.journal.append({"event": "system_metrics", "trial_id": event.trial_id, "timestamp": event.timestamp,
-                                 "ranks": {str(k): v for k, v in event.system.items()}})
+            self.journal.append(ev.SystemMetrics(trial_id=event.trial_id, timestamp=event.timestamp,
+                                                 ranks={str(k): v for k, v in event.system.items()}))
 
     def _on_stacks(self, event: StacksCaptured) -> None:
         """Stacks of a trial's ranks were captured (a hang, or ``tuneplat stacks``): journal them, tell MLflow."""
         assert self.journal is not None
-        self.journal.append({"event": "stacks", "trial_id": event.trial_id, "path": event.path,
-                             "summary": event.summary, "reason": event.reason})
+        self.journal.append(ev.Stacks(trial_id=event.trial_id, path=event.path, summary=event.summary,
+                                      reason=event.reason))
         trial = self.by_id.get(event.trial_id)
         if trial is None:
             return
@@ -441,7 +440,7 @@ class TuneLoop:
             hook = getattr(cb, "on_stacks", None)
             if hook is not None:
                 try:
-                    hook(self, trial, event.path, event.summary, event.reason)
+                    hook(self.view, trial, event.path, event.summary, event.reason)
                 except Exception:  # noqa: BLE001
                     logger.debug("tuneplat: on_stacks failed", exc_info=True)
 
@@ -488,7 +487,7 @@ class TuneLoop:
         if self._deadline is not None and now >= self._deadline and not self.stopping:
             self.reporter.say(f"tuneplat: time budget of {self.tc.time_budget_s}s reached; stopping trials.")
             assert self.journal is not None
-            self.journal.append({"event": "time_budget_reached"})
+            self.journal.append(ev.TimeBudgetReached())
             self._stop_everything("time budget reached")
         self._check_stop_all()
         for tid, run in list(self.running.items()):
@@ -520,7 +519,7 @@ class TuneLoop:
         name = self.stop_rules.name()
         self.reporter.say(f"tuneplat: {name}.stop_all() is true; stopping every trial.")
         assert self.journal is not None
-        self.journal.append({"event": "stop_all", "stopper": name})
+        self.journal.append(ev.StopAll(stopper=name))
         self._stop_everything(f"{name}.stop_all()")
         return True
 
@@ -528,7 +527,7 @@ class TuneLoop:
         """No worker can take a trial and nothing runs that could free one: end, saying why."""
         self.reporter.say(f"tuneplat: {message}; ending the experiment (restorable)")
         assert self.journal is not None
-        self.journal.append({"event": "starved", "message": message})
+        self.journal.append(ev.Starved(message=message))
         self.stopping = True
         self.interrupted = True  # what did not run stays restorable
         self.fail_fast_error = message
@@ -568,11 +567,11 @@ class TuneLoop:
         self.trials.append(trial)
         self.by_id[trial_id] = trial
         assert self.journal is not None
-        self.journal.append({"event": "trial_add", "trial_id": trial_id, "config": to_jsonable(config),
-                             "path": trial.path, "name": trial.name, "config_pickle": _pickle_hex(config)})
+        self.journal.append(ev.TrialAdd(trial_id=trial_id, config=to_jsonable(config), path=trial.path,
+                                        name=trial.name, config_pickle=_pickle_hex(config)))
         self.scheduler.on_trial_add(trial_id, config)
         for cb in self.callbacks:
-            cb.on_trial_add(self, trial)
+            self._record(cb.on_trial_add(self.view, trial))
         return trial
 
     def _suggest(self) -> Trial | None:
@@ -731,15 +730,15 @@ class TuneLoop:
         trial.status = TrialStatus.RUNNING
         trial.pending_decision = None
         where = self.executor.start(spec, reservation)
-        event: dict[str, Any] = {"event": "trial_start", "trial_id": trial.trial_id, "attempt": attempt,
-                                 "start_iteration": start_iteration, "workers": where,
-                                 "checkpoint": checkpoint.path if checkpoint else None}
-        if spec.request is not None:  # its own resources (with_resources(fn), a ScalingConfig with domains)
-            event["resources"] = {"num_workers": spec.world_size, "resources_per_worker": dict(spec.request)}
-        self.journal.append(event)
+        self.journal.append(ev.TrialStart(
+            trial_id=trial.trial_id, attempt=attempt, start_iteration=start_iteration, workers=where,
+            checkpoint=checkpoint.path if checkpoint else None,
+            # its own resources (with_resources(fn), a ScalingConfig with domains)
+            resources=None if spec.request is None else {"num_workers": spec.world_size,
+                                                          "resources_per_worker": dict(spec.request)}))
         self._record_world_size(trial, len(where), start_iteration)
         for cb in self.callbacks:
-            cb.on_trial_start(self, trial)
+            self._record(cb.on_trial_start(self.view, trial))
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
 
     def _record_world_size(self, trial: Trial, size: int, start_iteration: int) -> None:
@@ -757,22 +756,20 @@ class TuneLoop:
         trial.world_sizes.append((start_iteration, size))
         message = f"resized from {old} to {size} ranks" + (f": {why}" if why else "")
         assert self.journal is not None
-        self.journal.append({"event": "resize", "trial_id": trial.trial_id, "from_world_size": old,
-                             "to_world_size": size, "iteration": start_iteration, "reason": why,
-                             "message": message})
+        self.journal.append(ev.Resize(trial_id=trial.trial_id, from_world_size=old, to_world_size=size,
+                                      iteration=start_iteration, reason=why, message=message))
         self.reporter.event(f"trial {trial.trial_id} {message}")
         for cb in self.callbacks:
             hook = getattr(cb, "on_trial_resize", None)
             if hook is not None:
-                hook(self, trial, old, size, why)
+                hook(self.view, trial, old, size, why)
 
     def _supersede(self, trial: Trial, after: int) -> None:
         assert self.journal is not None
         moved = trial.supersede_after(after)
-        self.journal.append({"event": "superseded", "trial_id": trial.trial_id, "after_iteration": after,
-                             "count": moved})
+        self.journal.append(ev.Superseded(trial_id=trial.trial_id, after_iteration=after, count=moved))
         for cb in self.callbacks:
-            cb.on_trial_superseded(self, trial, after)
+            cb.on_trial_superseded(self.view, trial, after)
 
     # ------------------------------------------------------------------ results and decisions
     def _on_step(self, event: Reported) -> None:
@@ -814,7 +811,7 @@ class TuneLoop:
             except Exception as exc:  # noqa: BLE001 - the trial fails (and is retried); the loop goes on
                 message = f"committing checkpoint {checkpoint_name(event.iteration)} failed: {type(exc).__name__}: {exc}"
                 assert self.journal is not None
-                self.journal.append({"event": "warning", "trial_id": tid, "message": message})
+                self.journal.append(ev.TrialWarning(trial_id=tid, message=message))
                 self._record_step(event, None)
                 self.executor.fail(tid, message)
             else:
@@ -834,8 +831,7 @@ class TuneLoop:
             run.resumed_from_clone = False  # (its iterations may go back: they continue the source's)
         elif trial.results and trial.results[-1].get("training_iteration", 0) >= iteration:
             moved = trial.supersede_after(iteration - 1)
-            self.journal.append({"event": "superseded", "trial_id": trial.trial_id, "after_iteration": iteration - 1,
-                                 "count": moved})
+            self.journal.append(ev.Superseded(trial_id=trial.trial_id, after_iteration=iteration - 1, count=moved))
         trial.results.append(result)
         trial.time_total_s = float(result.get("time_total_s", 0.0))
         try:
@@ -854,11 +850,10 @@ class TuneLoop:
         for m, v in self.checks.non_finite(result):
             logger.warning("tuneplat: trial %s reported non-finite %s=%r at iteration %s; schedulers count it "
                            "as the worst value", trial.trial_id, m, v, result.get("training_iteration"))
-            self.journal.append({"event": "warning", "trial_id": trial.trial_id,
-                                 "message": f"non-finite metric {m}={v!r}"})
+            self.journal.append(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
         self.searcher.on_trial_result(trial.trial_id, result)
         for cb in self.callbacks:
-            cb.on_trial_result(self, trial, result)
+            self._record(cb.on_trial_result(self.view, trial, result))
         decision, reason = self._decide(trial, run, result)
         if decision is not Decision.CONTINUE:
             run.decision = decision
@@ -866,11 +861,10 @@ class TuneLoop:
             trial.pending_decision = decision.value
             if decision is Decision.STOP:
                 trial.stop_reason = trial.stop_reason or reason
-            decided: dict[str, Any] = {"event": "decision", "trial_id": trial.trial_id, "iteration": iteration,
-                                       "decision": decision.value, "reason": reason}
-            if decision is Decision.STOP:  # cut short by the scheduler (not its max_t, not a stop rule)?
-                decided["pruned"] = trial.stopped_by_scheduler
-            self.journal.append(decided)
+            self.journal.append(ev.Decision(
+                trial_id=trial.trial_id, iteration=iteration, decision=decision.value, reason=reason,
+                # cut short by the scheduler (not its max_t, not a stop rule)?
+                pruned=trial.stopped_by_scheduler if decision is Decision.STOP else None))
             self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
         save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
         self.executor.answer(trial.trial_id, decision, save=save)
@@ -881,10 +875,10 @@ class TuneLoop:
         if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
             trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
         trial.checkpoints.append((ckpt, result))
-        self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id, "iteration": iteration,
-                             "path": path, "metrics": to_jsonable(result)})
+        self.journal.append(ev.CheckpointSaved(trial_id=trial.trial_id, iteration=iteration, path=path,
+                                               metrics=to_jsonable(result)))
         for cb in self.callbacks:
-            cb.on_checkpoint(self, trial, ckpt, result)
+            cb.on_checkpoint(self.view, trial, ckpt, result)
         self._apply_retention(trial)
 
     def _on_saved(self, event: Saved) -> None:
@@ -934,7 +928,7 @@ class TuneLoop:
                 self._io_pool.submit(self._delete_checkpoint, pair[0].path)
             else:
                 self._delete_checkpoint(pair[0].path)
-            self.journal.append({"event": "checkpoint_deleted", "trial_id": trial.trial_id, "path": pair[0].path})
+            self.journal.append(ev.CheckpointDeleted(trial_id=trial.trial_id, path=pair[0].path))
 
     def _delete_checkpoint(self, path: str) -> None:
         try:
@@ -973,8 +967,7 @@ class TuneLoop:
                 return
         if event.outcome is Outcome.RESIZED and not self.stopping and decision is None:
             trial.status = TrialStatus.PENDING  # it starts again at once, from the checkpoint just committed
-            self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,
-                                 "reason": f"elastic resize: {event.message}"})
+            self.journal.append(ev.TrialRequeued(trial_id=trial.trial_id, reason=f"elastic resize: {event.message}"))
             self.queue.appendleft(trial)
         elif event.outcome is Outcome.RESIZED and not self.interrupted and decision is None:
             self._end_trial(trial, TrialStatus.TERMINATED)  # (the experiment is stopping)
@@ -983,8 +976,8 @@ class TuneLoop:
         elif event.outcome is Outcome.NOT_STARTED and not self.stopping:
             trial.attempts -= 1
             trial.status = TrialStatus.PENDING
-            self.journal.append({"event": "trial_requeued", "trial_id": trial.trial_id,
-                                 "reason": event.message or "a worker was lost before the trial started"})
+            self.journal.append(ev.TrialRequeued(
+                trial_id=trial.trial_id, reason=event.message or "a worker was lost before the trial started"))
             self.queue.appendleft(trial)
         elif event.outcome is Outcome.FAILED and (not self.interrupted or trial.no_retry) and decision is None:
             self._on_failure(trial, run, event.message or "unknown failure", event.traceback)
@@ -992,7 +985,7 @@ class TuneLoop:
             trial.status = TrialStatus.PENDING
         elif decision is Decision.PAUSE:
             trial.status = TrialStatus.PAUSED
-            self.journal.append({"event": "trial_paused", "trial_id": trial.trial_id, "iteration": trial.iteration})
+            self.journal.append(ev.TrialPaused(trial_id=trial.trial_id, iteration=trial.iteration))
         elif self.interrupted and decision is None:
             trial.status = TrialStatus.PENDING  # restorable
         else:
@@ -1013,21 +1006,16 @@ class TuneLoop:
             trial.num_failures -= 1  # an OOM retry has its own budget (FailureConfig.max_oom_retries)
         retry = shrunk is not None or (not self.stopping and not trial.no_retry
                                        and (max_failures == -1 or trial.num_failures <= max_failures))
-        failure: dict[str, Any] = {"event": "trial_failure", "trial_id": trial.trial_id,
-                                   "attempt": run.attempt if run is not None else trial.attempts - 1,
-                                   "message": message, "traceback": tb, "retry": retry}
-        if kind is not None:
-            failure["kind"] = kind
-        if shrunk is not None:
-            failure["oom_retry"] = True
-        self.journal.append(failure)
+        self.journal.append(ev.TrialFailure(
+            trial_id=trial.trial_id, attempt=run.attempt if run is not None else trial.attempts - 1,
+            message=message, traceback=tb, retry=retry, failure_kind=kind, oom_retry=True if shrunk is not None else None))
         if shrunk is not None:
             old, change = shrunk
-            self.journal.append({"event": "oom_retry", "trial_id": trial.trial_id, "retry": trial.oom_retries,
-                                 "change": to_jsonable(change), "old_config": to_jsonable(old),
-                                 "new_config": to_jsonable(trial.config), "config_pickle": _pickle_hex(trial.config)})
+            self.journal.append(ev.OomRetry(trial_id=trial.trial_id, retry=trial.oom_retries, change=to_jsonable(change),
+                                            old_config=to_jsonable(old), new_config=to_jsonable(trial.config),
+                                            config_pickle=_pickle_hex(trial.config)))
         for cb in self.callbacks:
-            cb.on_trial_failure(self, trial, message, retry)
+            cb.on_trial_failure(self.view, trial, message, retry)
         if shrunk is not None:
             changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in shrunk[1].items())
             self.reporter.event(f"trial {trial.trial_id} ran out of memory; retrying with {changes} "
@@ -1074,17 +1062,31 @@ class TuneLoop:
         for tid in list(self.running):
             self.executor.abort(tid, "the experiment is ending: another trial failed")
 
+    def _record(self, handed_back: Any) -> None:
+        """What a callback's hook returned: the MLflow runs made for the experiment and its trials.
+
+        The loop alone writes the journal and the trials: it sets ``trial.mlflow_run_id`` and journals each.
+        """
+        if not handed_back:
+            return
+        for event in handed_back:
+            if isinstance(event, ev.MlflowRun):
+                trial = self.by_id.get(event.trial_id)
+                if trial is not None:
+                    trial.mlflow_run_id = event.run_id
+            elif not isinstance(event, ev.MlflowParentRun):
+                continue
+            if self.journal is not None:
+                self.journal.append(event)
+
     def _end_trial(self, trial: Trial, status: TrialStatus) -> None:
         assert self.journal is not None
         trial.status = status
-        end: dict[str, Any] = {"event": "trial_end", "trial_id": trial.trial_id, "status": status.value,
-                               "error": trial.error, "traceback": trial.error_traceback,
-                               "stop_reason": trial.stop_reason, "iteration": trial.iteration}
-        if status is TrialStatus.ERROR and trial.error_kind is not None:
-            end["error_kind"] = trial.error_kind
-        if trial.resumable:
-            end["resumable"] = True
-        self.journal.append(end)
+        self.journal.append(ev.TrialEnd(
+            trial_id=trial.trial_id, status=status.value, error=trial.error, traceback=trial.error_traceback,
+            stop_reason=trial.stop_reason, iteration=trial.iteration,
+            error_kind=trial.error_kind if status is TrialStatus.ERROR else None,
+            resumable=True if trial.resumable else None))
         if status is TrialStatus.ERROR:
             error_file = self._write_error_file(trial)
             self.scheduler.on_trial_error(trial.trial_id)
@@ -1098,7 +1100,7 @@ class TuneLoop:
             info = {"pruned": True} if trial.stopped_by_scheduler else {}
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False, **info)
         for cb in self.callbacks:
-            cb.on_trial_complete(self, trial)
+            self._record(cb.on_trial_complete(self.view, trial))
 
     def _write_error_file(self, trial: Trial) -> str | None:
         """The trial's error and traceback in ``error.txt`` in its folder (as Ray); its path, or None."""
@@ -1167,7 +1169,7 @@ class TuneLoop:
             elif plan is ActionPlan.REQUEUE:
                 trial.status = TrialStatus.PENDING
                 assert self.journal is not None
-                self.journal.append({"event": "trial_resume", "trial_id": trial.trial_id})
+                self.journal.append(ev.TrialResume(trial_id=trial.trial_id))
                 self.queue.appendleft(trial)
             elif plan is ActionPlan.CLONE_AND_REQUEUE and isinstance(action, Launch):
                 self._exploit(trial, action)
@@ -1201,22 +1203,21 @@ class TuneLoop:
                 trial.checkpoints = [p for p in trial.checkpoints if p[0] != clone]
                 trial.checkpoints.append((clone, metrics))
                 trial.restart_iteration = from_iteration
-                self.journal.append({"event": "checkpoint", "trial_id": trial.trial_id,
-                                     "iteration": from_iteration, "path": path,
-                                     "metrics": to_jsonable(metrics), "cloned_from": src.trial_id,
-                                     "cloned_iteration": from_iteration})
+                self.journal.append(ev.CheckpointSaved(
+                    trial_id=trial.trial_id, iteration=from_iteration, path=path, metrics=to_jsonable(metrics),
+                    cloned_from=src.trial_id, cloned_iteration=from_iteration))
             else:
                 logger.warning("tuneplat: trial %s exploits trial %s, which has no checkpoint; it restarts with the "
                                "new config from its own latest checkpoint (report checkpoints for PBT to clone)",
                                trial.trial_id, action.from_trial)
-        event = {"event": "exploit", "trial_id": trial.trial_id, "from_trial": action.from_trial,
-                 "iteration": trial.iteration, "from_iteration": from_iteration, "old_config": to_jsonable(old),
-                 "new_config": to_jsonable(trial.config), "config_pickle": _pickle_hex(trial.config),
-                 "info": to_jsonable(dict(action.info))}
+        event = ev.Exploit(trial_id=trial.trial_id, from_trial=action.from_trial, iteration=trial.iteration,
+                           from_iteration=from_iteration, old_config=to_jsonable(old),
+                           new_config=to_jsonable(trial.config), config_pickle=_pickle_hex(trial.config),
+                           info=to_jsonable(dict(action.info))).to_json()
         trial.lineage.append({k: v for k, v in event.items() if k not in ("event", "config_pickle")})
         self.journal.append(event)
         for cb in self.callbacks:
-            cb.on_trial_exploit(self, trial, event)
+            cb.on_trial_exploit(self.view, trial, event)
 
 
 def _takes_info(searcher: Any) -> bool:

@@ -23,9 +23,12 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core._callbacks import ControllerCallback
+
+if TYPE_CHECKING:
+    from ..core._view import TunerView
 
 __all__ = ["FileLoggers", "tensorboard_available"]
 
@@ -67,7 +70,7 @@ class FileLoggers(ControllerCallback):
         self._ending = False
         self._thread: threading.Thread | None = None
 
-    def on_experiment_start(self, ctrl: Any) -> None:
+    def on_experiment_start(self, ctrl: TunerView) -> None:
         if not (self.want_csv or self.want_tb):
             return
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_writer_proc.py")
@@ -108,13 +111,13 @@ class FileLoggers(ControllerCallback):
         if self._thread is not None:
             self._lines.append(json.dumps(msg, default=str).encode("utf-8") + b"\n")
 
-    def on_trial_result(self, ctrl: Any, trial: Any, result: dict[str, Any]) -> None:
+    def on_trial_result(self, ctrl: TunerView, trial: Any, result: dict[str, Any]) -> None:
         self._send(["result", trial.trial_id, trial.path, result])
 
-    def on_trial_complete(self, ctrl: Any, trial: Any) -> None:
+    def on_trial_complete(self, ctrl: TunerView, trial: Any) -> None:
         self._send(["end", trial.trial_id])
 
-    def on_experiment_end(self, ctrl: Any, status: str) -> None:
+    def on_experiment_end(self, ctrl: TunerView, status: str) -> None:
         proc, thread = self._proc, self._thread
         self._proc = self._thread = None
         if proc is None or thread is None:

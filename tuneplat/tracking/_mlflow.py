@@ -33,12 +33,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._config import MLflowConfig
 from .._redact import redact
 from .._settings import env_seconds
+from ..core import _events as ev
 from ..core._callbacks import Callback
+
+if TYPE_CHECKING:
+    from ..core._view import TunerView
 
 __all__ = ["MLflowCallback", "default_tracking_uri", "experiment_tags"]
 
@@ -1145,28 +1149,29 @@ class MLflowCallback(Callback):
         if self.uploader is not None:
             self.uploader.put(item)
 
-    def _drain_created(self, ctrl: Any) -> None:
+    def _drain_created(self, ctrl: TunerView) -> list[ev.Event]:
+        """The runs the uploader created since last asked, as events for the loop to record (it alone
+        writes the journal and sets ``trial.mlflow_run_id``)."""
         up = self.uploader
         if up is None:
-            return
+            return []
+        out: list[ev.Event] = []
         for key, run_id, experiment_id in up.take_created():
             new = key != PARENT and key not in self.run_ids
             self.run_ids[key] = run_id
             self.experiment_id = experiment_id
             self._created += new
             if key == PARENT:
-                ctrl.journal.append({"event": "mlflow_parent_run", "run_id": run_id,
-                                     "experiment_id": experiment_id, "tracking_uri": self.tracking_uri})
+                out.append(ev.MlflowParentRun(run_id=run_id, experiment_id=experiment_id,
+                                              tracking_uri=self.tracking_uri))
                 self.parent_run_id = run_id
                 continue
-            trial = ctrl.by_id.get(key)
-            if trial is not None:
-                trial.mlflow_run_id = run_id
-            if self._journaled.get(key) != run_id:
+            if self._journaled.get(key) != run_id:  # (a restored trial's run is in the journal already)
                 self._journaled[key] = run_id
-                ctrl.journal.append({"event": "mlflow_run", "trial_id": key, "run_id": run_id})
+                out.append(ev.MlflowRun(trial_id=key, run_id=run_id))
+        return out
 
-    def _trial_spec(self, ctrl: Any, trial: Any, *, resume: bool = False) -> dict[str, Any]:
+    def _trial_spec(self, ctrl: TunerView, trial: Any, *, resume: bool = False, run_id: str | None = None) -> dict[str, Any]:
         params = {_key(k): _param_value(v) for k, v in _flatten(trial.config).items()}
         spec: dict[str, Any] = {
             "name": trial.name,
@@ -1177,7 +1182,7 @@ class MLflowCallback(Callback):
                      GROUP_TAG: ctrl.experiment_dir},
         }
         if resume:
-            spec["resume_id"] = trial.mlflow_run_id
+            spec["resume_id"] = run_id
             spec["history"] = [m for r in trial.results for m in self._metric_rows(r)]
             if trial.status.is_finished():
                 spec["reconcile"] = _status_for(trial)
@@ -1190,7 +1195,7 @@ class MLflowCallback(Callback):
         return [(k, v, ts, step) for k, v in _metrics_of(result).items()]
 
     # ---------------------------------------------------------------- hooks
-    def on_experiment_start(self, ctrl: Any) -> None:
+    def on_experiment_start(self, ctrl: TunerView) -> list[ev.Event]:
         from ..core._journal import read_journal
 
         cfg = self.config
@@ -1205,29 +1210,31 @@ class MLflowCallback(Callback):
         if artifact_location is not None:  # one artifact folder per MLflow experiment
             artifact_location = f"{artifact_location}/{_key(self.mlflow_experiment).replace('/', '_')}"
         self._journaled: dict[str, str] = {}
+        found: list[ev.Event] = []
         self.parent_run_id = None
         parent_resume = None
         if ctrl.resume:
             known: dict[str, str] = {}
             for line in _read_lines(os.path.join(ctrl.experiment_dir, IDS_FILE)):
                 known[line["key"]] = line["run_id"]
-            for ev in read_journal(os.path.join(ctrl.experiment_dir, "journal.jsonl")):
-                rid = ev.get("run_id")
+            for line in read_journal(os.path.join(ctrl.experiment_dir, "journal.jsonl")):
+                rid = line.get("run_id")
                 if not rid:
                     continue
-                if ev.get("event") == "mlflow_parent_run":
+                if line.get("event") == "mlflow_parent_run":
                     known[PARENT] = rid
-                elif ev.get("event") == "mlflow_run":
-                    known[ev["trial_id"]] = self._journaled[ev["trial_id"]] = rid
+                elif line.get("event") == "mlflow_run":
+                    known[line["trial_id"]] = self._journaled[line["trial_id"]] = rid
             parent_resume = known.pop(PARENT, None)
-            for t in ctrl.trials:
+            for t in ctrl.trials:  # runs the uploader made but the last tuner did not journal: for the loop to record
                 if t.mlflow_run_id is None and t.trial_id in known:
-                    t.mlflow_run_id = known[t.trial_id]
+                    self._journaled[t.trial_id] = known[t.trial_id]
+                    found.append(ev.MlflowRun(trial_id=t.trial_id, run_id=known[t.trial_id]))
         self.run_ids: dict[str, str] = {}
         self.uploader = _POOL.acquire(_uploader_env()).start(
             {"tracking_uri": self.tracking_uri, "experiment_name": self.mlflow_experiment,
              "artifact_location": artifact_location, "flush_timeout": _flush_timeout(),
-             "experiment_tags": experiment_tags(ctrl.metric, ctrl.mode, ctrl.param_space)},
+             "experiment_tags": experiment_tags(ctrl.metric, ctrl.mode, dict(ctrl.param_space))},
             os.path.join(ctrl.experiment_dir, IDS_FILE))
         sched: dict[str, Any] = getattr(ctrl.scheduler, "describe", dict)()
         params = {
@@ -1252,9 +1259,9 @@ class MLflowCallback(Callback):
         if parent_resume:
             self._put("running", PARENT)
         for t in ctrl.trials:  # restored trials: continue their runs
-            if t.mlflow_run_id is None and t.trial_id in self._journaled:
-                t.mlflow_run_id = self._journaled[t.trial_id]
-            self._put("run", t.trial_id, self._trial_spec(ctrl, t, resume=True))
+            self._put("run", t.trial_id, self._trial_spec(ctrl, t, resume=True,
+                                                          run_id=t.mlflow_run_id or self._journaled.get(t.trial_id)))
+        return found
 
     def backlog_s(self) -> float:
         """About how long the uploader needs to write the trials it has not created yet (0 when unknown).
@@ -1269,15 +1276,16 @@ class MLflowCallback(Callback):
             return pending * _TYPICAL_RUN_S
         return pending * (time.monotonic() - self._first_add) / self._created
 
-    def on_trial_add(self, ctrl: Any, trial: Any) -> None:
-        self._drain_created(ctrl)
+    def on_trial_add(self, ctrl: TunerView, trial: Any) -> list[ev.Event]:
+        created = self._drain_created(ctrl)
         self._added += 1
         if self._first_add is None:
             self._first_add = time.monotonic()
         self._put("run", trial.trial_id, self._trial_spec(ctrl, trial))
+        return created
 
-    def on_trial_start(self, ctrl: Any, trial: Any) -> None:
-        self._drain_created(ctrl)
+    def on_trial_start(self, ctrl: TunerView, trial: Any) -> list[ev.Event]:
+        created = self._drain_created(ctrl)
         if trial.attempts > 1 or ctrl.resume:
             self._put("running", trial.trial_id)
         self._put("tags", trial.trial_id, {"tuneplat.status": "RUNNING", "tuneplat.attempt": str(trial.attempts - 1)})
@@ -1287,18 +1295,21 @@ class MLflowCallback(Callback):
                                                    int(step))])
             self._put("tags", trial.trial_id, {"tuneplat.world_size": str(trial.world_size)})
 
-    def on_trial_resize(self, ctrl: Any, trial: Any, old: int, new: int, reason: str) -> None:
+        return created
+
+    def on_trial_resize(self, ctrl: TunerView, trial: Any, old: int, new: int, reason: str) -> None:
         self._put("tags", trial.trial_id, {"tuneplat.resizes": str(len(trial.world_sizes) - 1),
                                            "tuneplat.last_resize": f"from {old} to {new} ranks: {reason}"[:5000]})
 
-    def on_trial_result(self, ctrl: Any, trial: Any, result: dict[str, Any]) -> None:
-        self._drain_created(ctrl)
+    def on_trial_result(self, ctrl: TunerView, trial: Any, result: dict[str, Any]) -> list[ev.Event]:
+        created = self._drain_created(ctrl)
         self._put("metrics", trial.trial_id, self._metric_rows(result))
+        return created
 
-    def on_checkpoint(self, ctrl: Any, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
+    def on_checkpoint(self, ctrl: TunerView, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
         self._put("tags", trial.trial_id, {"tuneplat.latest_checkpoint": checkpoint.path})
 
-    def on_trial_superseded(self, ctrl: Any, trial: Any, after_iteration: int) -> None:
+    def on_trial_superseded(self, ctrl: TunerView, trial: Any, after_iteration: int) -> None:
         self._superseded.add(trial.trial_id)
         self._put("tags", trial.trial_id, {
             "tuneplat.superseded_after_iteration": str(after_iteration),
@@ -1306,13 +1317,13 @@ class MLflowCallback(Callback):
                               "before the retry are superseded; the retry's values at the same steps are newer."),
         })
 
-    def on_trial_failure(self, ctrl: Any, trial: Any, message: str, will_retry: bool) -> None:
+    def on_trial_failure(self, ctrl: TunerView, trial: Any, message: str, will_retry: bool) -> None:
         self._put("tags", trial.trial_id, {"tuneplat.num_failures": str(trial.num_failures),
                                            "tuneplat.last_failure": message})
         if will_retry:
             self._put("artifact", trial.trial_id, ("text", message, f"failures/attempt_{trial.attempts - 1}.txt"))
 
-    def on_trial_exploit(self, ctrl: Any, trial: Any, event: dict[str, Any]) -> None:
+    def on_trial_exploit(self, ctrl: TunerView, trial: Any, event: dict[str, Any]) -> None:
         src = event.get("from_trial")
         self._put("tags", trial.trial_id, {"tuneplat.pbt_parent": str(src),
                                            "tuneplat.pbt_exploits": str(len(trial.lineage))})
@@ -1322,8 +1333,8 @@ class MLflowCallback(Callback):
         self._put("artifact", trial.trial_id,
                   ("text", json.dumps(payload, indent=2, default=repr), f"pbt/exploit_{event.get('iteration', 0):06d}.json"))
 
-    def on_trial_complete(self, ctrl: Any, trial: Any) -> None:
-        self._drain_created(ctrl)
+    def on_trial_complete(self, ctrl: TunerView, trial: Any) -> list[ev.Event]:
+        created = self._drain_created(ctrl)
         tid = trial.trial_id
         tags = {"tuneplat.status": str(trial.status)}
         if trial.stop_reason:
@@ -1339,8 +1350,9 @@ class MLflowCallback(Callback):
             for ckpt, _metrics in trial.checkpoints:
                 self._put("artifact", tid, ("dir", _artifact_source(ckpt), f"checkpoints/{os.path.basename(ckpt.path)}"))
         self._put("end", tid, _status_for(trial), int(time.time() * 1000))
+        return created
 
-    def on_system_metrics(self, ctrl: Any, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
+    def on_system_metrics(self, ctrl: TunerView, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
         """Each rank's CPU, memory and GPU samples as MLflow system metrics (``system/rank_<r>/<name>``)."""
         rows: list[tuple[str, float, int, int]] = []
         for rank, metrics in ranks.items():
@@ -1350,7 +1362,7 @@ class MLflowCallback(Callback):
         if rows:
             self._put("metrics", trial.trial_id, rows)
 
-    def on_stacks(self, ctrl: Any, trial: Any, path: str | None, summary: str, reason: str) -> None:
+    def on_stacks(self, ctrl: TunerView, trial: Any, path: str | None, summary: str, reason: str) -> None:
         """Captured stacks of the trial's ranks: an artifact under ``stacks/`` and a tag with the summary."""
         self._put("tags", trial.trial_id, {"tuneplat.last_stacks": f"{reason}: {summary}"[:4000]})
         if path:
@@ -1370,10 +1382,10 @@ class MLflowCallback(Callback):
             self._put("metrics", trial.trial_id, rows)
             self._put("tags", trial.trial_id, {"tuneplat.final_metrics_relogged_at_step": str(top)})
 
-    def on_experiment_end(self, ctrl: Any, status: str) -> None:
+    def on_experiment_end(self, ctrl: TunerView, status: str) -> list[ev.Event]:
         up = self.uploader
         if up is None:
-            return
+            return []
         for t in ctrl.trials:
             if not t.status.is_finished():
                 self._put("tags", t.trial_id, {"tuneplat.status": str(t.status)})
@@ -1394,18 +1406,18 @@ class MLflowCallback(Callback):
                 else:
                     self._put("artifact", best.trial_id, ("dir", _artifact_source(best.checkpoint), "model"))
                     self._put("register", best.trial_id, name)
-        if self.config.log_plots and ctrl.journal is not None and any(t.results for t in ctrl.trials):
-            # the uploader process draws them from the journal: make everything so far readable there
-            ctrl.journal.sync(force=True)
+        # the uploader process draws them from the journal: make everything so far readable there
+        if self.config.log_plots and any(t.results for t in ctrl.trials) and ctrl.sync_journal():
             self._put("artifact", PARENT, ("plots", {"experiment_dir": ctrl.experiment_dir, "metric": None,
                                                      "mode": None}, "plots"))
         self._put("end", PARENT, {"finished": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED"),
                   int(time.time() * 1000))
         up.close(_flush_timeout())
-        self._drain_created(ctrl)
+        created = self._drain_created(ctrl)
         self._report_backlog(ctrl, up)
+        return created
 
-    def _best(self, ctrl: Any) -> Any:
+    def _best(self, ctrl: TunerView) -> Any:
         if not isinstance(ctrl.metric, str) or ctrl.mode not in ("min", "max"):
             return None
         from ..results._result import ResultGrid
@@ -1417,7 +1429,7 @@ class MLflowCallback(Callback):
             return None
         return ctrl.by_id.get(best.trial_id)
 
-    def _report_backlog(self, ctrl: Any, up: _Session) -> None:
+    def _report_backlog(self, ctrl: TunerView, up: _Session) -> None:
         if up.report is not None:
             report = {**up.report, "tracking_uri": redact(self.tracking_uri)}
         else:  # the uploader died or hung: we cannot know exactly what it had sent

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core._callbacks import ControllerCallback
 from ..core._trial import TrialStatus
+
+if TYPE_CHECKING:
+    from ..core._view import TunerView
 
 __all__ = ["Callback", "adapt_callbacks"]
 
@@ -82,36 +85,36 @@ class _Adapter(ControllerCallback):
         self.iteration += 1
         return self.iteration
 
-    def on_experiment_start(self, ctrl: Any) -> None:
+    def on_experiment_start(self, ctrl: TunerView) -> None:
         total = getattr(ctrl.searcher, "total", None) or ctrl.tc.num_samples
         self.callback.setup(stop=ctrl.rc.stop, num_samples=ctrl.tc.num_samples,
                             total_num_samples=total if total and total > 0 else None)
 
-    def on_trial_start(self, ctrl: Any, trial: Any) -> None:
+    def on_trial_start(self, ctrl: TunerView, trial: Any) -> None:
         it = self._tick()
         self.callback.on_trial_start(it, ctrl.trials, trial)
         if trial.attempts > 1 and trial.checkpoint is not None:
             self.callback.on_trial_restore(it, ctrl.trials, trial)
 
-    def on_trial_result(self, ctrl: Any, trial: Any, result: dict[str, Any]) -> None:
+    def on_trial_result(self, ctrl: TunerView, trial: Any, result: dict[str, Any]) -> None:
         self.callback.on_trial_result(self._tick(), ctrl.trials, trial, result)
 
-    def on_checkpoint(self, ctrl: Any, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
+    def on_checkpoint(self, ctrl: TunerView, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
         it = self._tick()
         self.callback.on_trial_save(it, ctrl.trials, trial)
         self.callback.on_checkpoint(it, ctrl.trials, trial, checkpoint)
 
-    def on_trial_failure(self, ctrl: Any, trial: Any, message: str, will_retry: bool) -> None:
+    def on_trial_failure(self, ctrl: TunerView, trial: Any, message: str, will_retry: bool) -> None:
         if will_retry:
             self.callback.on_trial_recover(self._tick(), ctrl.trials, trial)
 
-    def on_trial_complete(self, ctrl: Any, trial: Any) -> None:
+    def on_trial_complete(self, ctrl: TunerView, trial: Any) -> None:
         if trial.status is TrialStatus.ERROR:
             self.callback.on_trial_error(self._tick(), ctrl.trials, trial)
         else:
             self.callback.on_trial_complete(self._tick(), ctrl.trials, trial)
 
-    def on_experiment_end(self, ctrl: Any, status: str) -> None:
+    def on_experiment_end(self, ctrl: TunerView, status: str) -> None:
         self.callback.on_experiment_end(ctrl.trials)
 
 

@@ -24,11 +24,14 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._config import MLflowConfig
 from ...core._callbacks import ControllerCallback
 from ...logger import LoggerCallback
+
+if TYPE_CHECKING:
+    from ...core._view import TunerView
 
 __all__ = ["MLflowLoggerCallback", "TARGET_FILE", "mirror_config", "setup_mlflow"]
 
@@ -106,7 +109,7 @@ class TargetFile(ControllerCallback):
     def __init__(self, config: MLflowConfig) -> None:
         self.config = config
 
-    def on_experiment_start(self, ctrl: Any) -> None:
+    def on_experiment_start(self, ctrl: TunerView) -> None:
         from ...tracking import default_tracking_uri
 
         uri = self.config.tracking_uri or default_tracking_uri(os.path.dirname(ctrl.experiment_dir))[0]
