@@ -462,14 +462,14 @@ class DaskTrialExecutor(TrialExecutor):
             if why is not None:  # its checkpoint of this step is committed: start again from it at another size
                 self._resize(group, why)
                 return
-        reply: tuple[Any, ...] = ("decision", decision.value)
+        reply: tuple[Any, ...] = ("decision", decision)  # the Decision itself: typed on both ends
         if group.preempted is not None:
             # "checkpoint now": class trainables save at once (save=True); function trainables see
             # should_checkpoint() / get_preemption_info() and pass a checkpoint to their next report
-            reply = ("decision", decision.value, True, {"ranks": list(group.preempted_ranks),
-                                                        "reason": group.preempted})
+            reply = ("decision", decision, True, {"ranks": list(group.preempted_ranks),
+                                                  "reason": group.preempted})
         elif save:
-            reply = ("decision", decision.value, True)
+            reply = ("decision", decision, True)
         for r in group.ranks:
             self._send(r, reply)
 

@@ -400,8 +400,8 @@ class VirtualTimeExecutor(TrialExecutor):
         if tt is not None:
             if tt.waiting:
                 tt.waiting = False
-                self._schedule(tt, 0.0, ("resume", ("decision", decision.value, True) if save
-                                         else ("decision", decision.value)))
+                self._schedule(tt, 0.0, ("resume", ("decision", decision, True) if save
+                                         else ("decision", decision)))
             return
         vt = self._trials.get(trial_id)
         if vt is None or not vt.waiting:

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from schedulers import Decision
+
 from ..execution._wire import recv_msg, send_msg
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
@@ -278,7 +280,7 @@ class Session:
             self.checkpoint_requested = bool(notice)
             if isinstance(notice, dict):
                 self.preemption = PreemptionInfo(list(notice.get("ranks", [])), None, str(notice.get("reason", "")))
-            if reply[1] != "CONTINUE":
+            if Decision(reply[1]) is not Decision.CONTINUE:  # (a Decision; its value from an older tuner)
                 self.stopped = True
                 raise StopTrial()
             return
