@@ -2,6 +2,8 @@
 
 Usage:
   python benchmarks/compare_builds.py BEFORE_TREE AFTER_TREE [--rounds 3] [-- overhead.py options]
+  python benchmarks/compare_builds.py . . --env-before TUNEPLAT_LOCAL_TLS=0 TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1 \
+      --rounds 5 -- --embedded --only bc      # what the defaults cost on one build
 
 Each round runs this checkout's ``overhead.py`` (copied into neither tree: it
 is run with ``PYTHONPATH`` and ``TUNEPLAT_BENCH_ROOT`` pointing at the tree
@@ -23,8 +25,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_one(tree: str, extra: list[str]) -> dict:
+def run_one(tree: str, extra: list[str], settings: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": tree, "TUNEPLAT_BENCH_ROOT": tree}
+    env.update(kv.split("=", 1) for kv in settings)
     out = subprocess.run([sys.executable, os.path.join(HERE, "overhead.py"), "--no-ray", *extra],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)["tuneplat"]
@@ -35,13 +38,17 @@ def main() -> None:
     parser.add_argument("before")
     parser.add_argument("after")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--env-before", nargs="*", default=[], metavar="K=V",
+                        help="environment settings for BEFORE's runs (e.g. the same tree with a feature off)")
+    parser.add_argument("--env-after", nargs="*", default=[], metavar="K=V", help="likewise for AFTER's runs")
     args, extra = parser.parse_known_args()
     extra = [a for a in extra if a != "--"]
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for i in range(args.rounds):
         order = ("before", "after") if i % 2 == 0 else ("after", "before")
         for which in order:
-            runs[which].append(run_one(os.path.abspath(getattr(args, which)), extra))
+            runs[which].append(run_one(os.path.abspath(getattr(args, which)), extra,
+                                       args.env_before if which == "before" else args.env_after))
 
     def med(which: str, key: str) -> float | None:
         vals = [r[key] if key != "c" else r["c"]["efficiency"] for r in runs[which]]
@@ -57,7 +64,8 @@ def main() -> None:
         load = os.getloadavg()
     except OSError:
         load = None
-    print(json.dumps({"options": extra, "rounds": args.rounds, "load_avg": load, "runs": runs,
+    print(json.dumps({"options": extra, "env_before": args.env_before, "env_after": args.env_after,
+                      "rounds": args.rounds, "load_avg": load, "runs": runs,
                       "median": summary}, indent=2))
 
 

@@ -33,12 +33,25 @@ def _crc32c_table() -> list[int]:
 _TABLE = _crc32c_table()
 
 
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli), as TFRecord framing uses."""
+def crc32c_py(data: bytes) -> int:
+    """CRC-32C (Castagnoli), as TFRecord framing uses: the pure-Python fallback (~0.4 µs a byte)."""
     crc = 0xFFFFFFFF
     for b in data:
         crc = _TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
+
+
+try:  # Google's C implementation (a dependency; ~0.1 µs a record instead of ~100 µs for a 300-byte one)
+    from google_crc32c import value as _crc32c_c
+except ImportError:  # pragma: no cover - installed with tuneplat
+    _crc32c_c = None
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), as TFRecord framing uses."""
+    if _crc32c_c is not None:
+        return int(_crc32c_c(data))
+    return crc32c_py(data)
 
 
 def _masked(crc: int) -> int:
