@@ -88,3 +88,22 @@ def test_every_event_the_loop_writes_fits_a_declared_kind(storage):
     assert [present(e.to_json()) for e in typed] == [present(e) for e in events]
     kinds = {e.kind for e in typed}
     assert {"experiment", "trial_add", "trial_start", "result", "trial_end", "experiment_end"} <= kinds
+
+
+def test_replay_gives_the_trials_status_and_lineage_the_result_grid_shows(storage):
+    from tuneplat.core._replay import load_state, replay
+
+    def curve(config):
+        for step in range(1, 5):
+            yield {"loss": config["x"] / step}
+
+    grid = tune.Tuner(curve, param_space={"x": tune.grid_search([1.0, 2.0, 3.0])},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name="replay", storage_path=storage, verbose=0, mlflow=False),
+                      executor=VirtualTimeExecutor(num_slots=2)).fit()
+    events = read_journal(os.path.join(grid.experiment_path, "journal.jsonl"))
+    state = replay(events, grid.experiment_path)
+    assert state.status == "finished" and state.meta["metric"] == "loss"
+    assert [(t.trial_id, t.config, str(t.status), len(t.results)) for t in state.trials] == [
+        (r.trial_id, r.config, r.status, len(r._history)) for r in grid]
+    assert load_state(grid.experiment_path).status == "finished"

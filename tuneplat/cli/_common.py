@@ -147,14 +147,12 @@ def _cli_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _experiment_end_status(experiment_dir: str) -> str | None:
-    from ..core._journal import read_journal
+    from ..core._replay import load_state
 
     try:
-        events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
+        return load_state(experiment_dir).status
     except Exception:  # noqa: BLE001 - a summary detail only
         return None
-    ends = [e.get("status") for e in events if e.get("event") == "experiment_end"]
-    return ends[-1] if ends else None
 
 
 def _save_sweep(sweep: Any, experiment_dir: str, remote_dir: str | None = None) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import pickletools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
@@ -14,7 +16,7 @@ from ..storage._storage import fs_for_url, is_remote, remote_is_committed
 from ._journal import JournalError, read_journal
 from ._trial import Trial, TrialStatus
 
-__all__ = ["TunerStateError", "load_trials", "load_tuner_state", "prepare_resume", "restore_problem", "save_tuner_state",
+__all__ = ["ExperimentState", "TunerStateError", "load_state", "load_trials", "load_tuner_state", "prepare_resume", "replay", "restore_problem", "save_tuner_state",
            "tuner_state_problem"]
 
 logger = logging.getLogger("tuneplat")
@@ -171,25 +173,49 @@ def _config(event: dict[str, Any], key: str = "config", trusted: bool = False) -
     return dict(event.get(key) or {})
 
 
-def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = False
-                ) -> tuple[list[Trial], dict[str, Any]]:
-    """Replay ``journal.jsonl`` into trials (status as last recorded) and experiment metadata.
+@dataclass
+class ExperimentState:
+    """An experiment as its journal tells it (:func:`replay`).
 
-    ``storage_fs`` is the filesystem of checkpoints recorded as URLs (remote
-    storage); without it fsspec opens each URL with its default configuration.
-    Nothing is unpickled unless ``trusted`` (a restore of the user's own
-    experiment): read-only views (``tuneplat status``/``best``, ``simulate``)
-    use the journal's JSON copy of each config.
+    Attributes:
+        trials: every trial, in creation order, with its status, results, checkpoints and lineage as last recorded.
+        meta: the experiment's settings (``name``, ``metric``, ``mode``, ``num_samples``, ``scaling``) and the
+            elastic trials' ``resizes``.
+        status: how the last run of the loop ended (``experiment_end``): None while it runs, or after a crash.
+        mlflow_parent_run_id: the experiment's MLflow parent run, if MLflow mirrored it.
     """
-    events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
+
+    trials: list[Trial]
+    meta: dict[str, Any] = field(default_factory=dict)
+    status: str | None = None
+    mlflow_parent_run_id: str | None = None
+
+
+def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs: Any = None,
+           trusted: bool = False, check_files: bool = True) -> ExperimentState:
+    """The experiment that ``events`` (a journal's, :func:`tuneplat.read_journal`) describe.
+
+    The one reader of the journal's meaning: restore, ``tuneplat status``/``best``, scikit-learn's
+    search and the MLflow mirror use it. ``experiment_dir`` is where the trial folders are (a folder
+    recorded elsewhere, before the experiment moved, is looked for there); ``storage_fs`` is the
+    filesystem of checkpoints recorded as URLs (remote storage; default: fsspec's for the URL).
+    Nothing is unpickled unless ``trusted`` (a restore of the user's own experiment): read-only views
+    use the journal's JSON copy of each config. With ``check_files`` a checkpoint recorded but missing
+    on disk is dropped (with a warning).
+    """
     trials: dict[str, Trial] = {}
     meta: dict[str, Any] = {}
+    state = ExperimentState(trials=[], meta=meta)
     for ev in events:
         kind = ev.get("event")
         tid = str(ev.get("trial_id") or "")
         t = trials.get(tid) if tid else None
         if kind == "experiment":
             meta = {k: ev.get(k) for k in ("name", "metric", "mode", "num_samples", "scaling")}
+        elif kind == "experiment_end":
+            state.status = ev.get("status")
+        elif kind == "mlflow_parent_run":
+            state.mlflow_parent_run_id = ev.get("run_id")
         elif kind == "trial_add":
             path = ev["path"]
             if not os.path.isdir(path):  # the folder moved: trial folders sit beside the journal
@@ -247,9 +273,26 @@ def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = Fal
             t.stop_reason = ev.get("stop_reason")
             t.resumable = bool(ev.get("resumable"))
     for t in trials.values():
-        _drop_missing_checkpoints(t)
+        if check_files:
+            _drop_missing_checkpoints(t)
         _recover_result_of_last_checkpoint(t)
-    return list(trials.values()), meta
+    state.trials, state.meta = list(trials.values()), meta
+    return state
+
+
+
+
+def load_state(experiment_dir: str, storage_fs: Any = None, trusted: bool = False) -> ExperimentState:
+    """:func:`replay` of the experiment's ``journal.jsonl``."""
+    events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
+    return replay(events, experiment_dir, storage_fs=storage_fs, trusted=trusted)
+
+
+def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = False
+                ) -> tuple[list[Trial], dict[str, Any]]:
+    """The trials (status as last recorded) and experiment metadata of :func:`load_state`."""
+    state = load_state(experiment_dir, storage_fs, trusted)
+    return state.trials, state.meta
 
 
 def _recover_result_of_last_checkpoint(trial: Trial) -> None:

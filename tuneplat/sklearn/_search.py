@@ -455,15 +455,12 @@ class _TuneSearchBase(MetaEstimatorMixin, BaseEstimator):
 
 def _check_finished(grid: Any, results: list[Any], n_candidates: int | None, time_budget_s: Any) -> None:
     """An interrupted search raises (as scikit-learn's does on Ctrl-C), instead of scoring what it missed as failures."""
-    import os
 
-    from ..core._journal import read_journal
+    from ..core._replay import load_state
 
     status = None
     try:
-        for event in read_journal(os.path.join(grid.experiment_path, "journal.jsonl")):
-            if event.get("event") == "experiment_end":
-                status = event.get("status")
+        status = load_state(grid.experiment_path).status
     except Exception:  # noqa: BLE001 - remote storage or a damaged journal: judge by the trials alone
         logger.debug("tuneplat: cannot read the search's journal", exc_info=True)
     unfinished = [r for r in results if r.status not in ("TERMINATED", "ERROR")]

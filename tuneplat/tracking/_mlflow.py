@@ -1197,6 +1197,7 @@ class MLflowCallback(Callback):
     # ---------------------------------------------------------------- hooks
     def on_experiment_start(self, ctrl: TunerView) -> list[ev.Event]:
         from ..core._journal import read_journal
+        from ..core._replay import replay
 
         cfg = self.config
         storage_path = os.path.dirname(ctrl.experiment_dir)
@@ -1217,14 +1218,14 @@ class MLflowCallback(Callback):
             known: dict[str, str] = {}
             for line in _read_lines(os.path.join(ctrl.experiment_dir, IDS_FILE)):
                 known[line["key"]] = line["run_id"]
-            for line in read_journal(os.path.join(ctrl.experiment_dir, "journal.jsonl")):
-                rid = line.get("run_id")
-                if not rid:
-                    continue
-                if line.get("event") == "mlflow_parent_run":
-                    known[PARENT] = rid
-                elif line.get("event") == "mlflow_run":
-                    known[line["trial_id"]] = self._journaled[line["trial_id"]] = rid
+            # what the journal holds wins over the uploader's file
+            state = replay(read_journal(os.path.join(ctrl.experiment_dir, "journal.jsonl")), ctrl.experiment_dir,
+                           check_files=False)
+            for t in state.trials:
+                if t.mlflow_run_id:
+                    known[t.trial_id] = self._journaled[t.trial_id] = t.mlflow_run_id
+            if state.mlflow_parent_run_id:
+                known[PARENT] = state.mlflow_parent_run_id
             parent_resume = known.pop(PARENT, None)
             for t in ctrl.trials:  # runs the uploader made but the last tuner did not journal: for the loop to record
                 if t.mlflow_run_id is None and t.trial_id in known:
