@@ -187,9 +187,13 @@ def test_bad_set_override(cli, tmp_path, override, expected):
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["status", "{tmp}/nowhere"], "{tmp}/nowhere: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"),
-    (["best", "{tmp}/nowhere"], "{tmp}/nowhere: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"),
-    (["resume", "{tmp}/nowhere"], "{tmp}/nowhere: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"),
+    (["status", "{tmp}/nowhere"], "{tmp}/nowhere: no such folder; pass an experiment folder (<storage_path>/<name>) "
+     "or a storage folder holding experiments (e.g. tuneplat status ./tuneplat_results lists them)"),
+    (["best", "{tmp}/nowhere"], "{tmp}/nowhere: no such folder; pass an experiment folder (<storage_path>/<name>), "
+     "e.g. one that tuneplat status ./tuneplat_results lists"),
+    (["resume", "{tmp}/nowhere"], "{tmp}/nowhere: no such folder; pass an experiment folder (<storage_path>/<name>), "
+     "e.g. one that tuneplat status ./tuneplat_results lists"),
+    (["best", "{tmp}"], "{tmp}: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"),
     (["run", "{tmp}/missing.yaml"], "{tmp}/missing.yaml: no such sweep file (looked in " + ROOT + ")"),
 ])
 def test_bad_paths(cli, tmp_path, args, expected):
@@ -214,5 +218,5 @@ def test_the_console_script_refuses_alike(tmp_path):
     assert error_line(proc, tmp_path) == "--set num_samples:1:1: expected key.path=value, e.g. --set scheduler.max_t=50"
     proc = run_console_script("best", str(tmp_path / "nowhere"))
     assert proc.returncode == 2 and proc.stderr.strip() == (
-        f"tuneplat: error: {tmp_path}/nowhere: not a tuneplat experiment folder (no journal.jsonl); "
-        "expected <storage_path>/<name>")
+        f"tuneplat: error: {tmp_path}/nowhere: no such folder; pass an experiment folder (<storage_path>/<name>), "
+        "e.g. one that tuneplat status ./tuneplat_results lists")

@@ -246,6 +246,15 @@ def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
     return local, fs, url
 
 
+def not_an_experiment(given: str, local_path: str) -> str:
+    """Why ``given`` cannot be read as an experiment: it does not exist, or it holds no journal (same words as
+    ``status``, which also takes a storage folder)."""
+    if not os.path.exists(local_path):
+        return (f"{given}: no such folder; pass an experiment folder (<storage_path>/<name>), e.g. one that "
+                "tuneplat status ./tuneplat_results lists")
+    return f"{given}: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"
+
+
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     from .._tuner import Tuner
     from ..core._journal import JournalError
@@ -254,9 +263,7 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
 
     path, fs, url = _fetch_remote(experiment_dir)
     if not Tuner.can_restore(path):
-        raise _Fail(
-            f"{experiment_dir}: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"
-        )
+        raise _Fail(not_an_experiment(experiment_dir, path))
     try:
         trials, meta = load_trials(path, fs)
     except JournalError as exc:

@@ -18,6 +18,7 @@ from ._common import (
     _prepare_imports,
     _quiet_libraries,
     _summary,
+    not_an_experiment,
 )
 
 
@@ -27,10 +28,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
     path, _fs, _url = _fetch_remote(args.experiment_dir)
     if not Tuner.can_restore(path):
-        raise _Fail(
-            f"{args.experiment_dir}: not a tuneplat experiment folder (no journal.jsonl); "
-            "expected <storage_path>/<name>"
-        )
+        raise _Fail(not_an_experiment(args.experiment_dir, path))
     origin = {}
     if os.path.exists(os.path.join(path, ORIGIN_FILE)):
         with open(os.path.join(path, ORIGIN_FILE), encoding="utf-8") as f:
