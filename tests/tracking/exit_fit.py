@@ -17,4 +17,11 @@ if __name__ == "__main__":
     tune.Tuner(T.curve, param_space={"x": 1.0}, tune_config=tune.TuneConfig(metric="loss", mode="min"),
                run_config=tune.RunConfig(name="exits", storage_path=sys.argv[1], verbose=0)).fit()
     me = psutil.Process()
-    print(" ".join(str(p.pid) for p in me.children() if "_child_main" in " ".join(p.cmdline())), flush=True)
+
+    def cmdline(p: psutil.Process) -> str:
+        try:
+            return " ".join(p.cmdline())
+        except psutil.Error:  # a child that already ended (a zombie until it is reaped) is not an uploader
+            return ""
+
+    print(" ".join(str(p.pid) for p in me.children() if "_child_main" in cmdline(p)), flush=True)
