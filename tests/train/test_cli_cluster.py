@@ -23,12 +23,23 @@ def _dask_cli() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "distributed.cli.dask_spec"]  # pragma: no cover
 
 
-def _alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _alive(pgid: int, grace_s: float = 10.0) -> bool:
+    """A process of group ``pgid`` still runs ``grace_s`` after it was killed (zombies waiting for their reaper
+    do not count: ``killpg(pgid, 0)`` alone would see them)."""
+    import psutil
+
+    def members() -> list[psutil.Process]:
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except (psutil.Error, ProcessLookupError):
+                continue
+        return out
+
+    _gone, alive = psutil.wait_procs(members(), timeout=grace_s)  # SIGKILL is delivered, not always acted on yet
+    return bool(alive)
 
 
 @pytest.fixture
