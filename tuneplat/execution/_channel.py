@@ -347,14 +347,18 @@ class Listener:
         self.shed += 1
         self.close_conn(oldest)
 
-    def _pause(self) -> None:
-        for listening in (self.sock, self.local_sock):
-            if listening is None:
-                continue
+    def _listening(self) -> list[socket.socket]:
+        return [s for s in (self.sock, self.local_sock) if s is not None]
+
+    def _stop_listening(self) -> None:
+        for listening in self._listening():
             try:
                 self.selector.unregister(listening)
             except (KeyError, ValueError):
                 pass
+
+    def _pause(self) -> None:
+        self._stop_listening()
         self.paused_until = time.monotonic() + _EMFILE_PAUSE_S
 
     # ---------------------------------------------------------------- deadlines
@@ -375,9 +379,8 @@ class Listener:
             self.close_conn(oldest)
         if self.paused_until is not None and now >= self.paused_until:
             self.paused_until = None
-            self.selector.register(self.sock, selectors.EVENT_READ, "accept")
-            if self.local_sock is not None:
-                self.selector.register(self.local_sock, selectors.EVENT_READ, "accept")
+            for listening in self._listening():
+                self.selector.register(listening, selectors.EVENT_READ, "accept")
 
     # ---------------------------------------------------------------- reading
     def read(self, conn: Conn) -> list[bytes] | None:
@@ -478,13 +481,8 @@ class Listener:
     def close(self) -> None:
         for conn in list(self.pending):
             self.close_conn(conn)
-        for listening in (self.sock, self.local_sock):
-            if listening is None:
-                continue
-            try:
-                self.selector.unregister(listening)
-            except (KeyError, ValueError):
-                pass
+        self._stop_listening()
+        for listening in self._listening():
             listening.close()
 
 
