@@ -2,7 +2,7 @@
 
 Before: worker processes import torch (and the trainable's module) only when the first trial lands on them.
 After: the embedded cluster's workers import what the trainable needs in the background as they start
-(``TUNEPLAT_PRELOAD_IMPORTS=0`` turns that off: the "before" runs). Runs alternate before/after, each a new
+(``TUNEPLAT_PRELOAD_IMPORTS=1``, opt-in since the measurements in benchmarks/README.md; "0": the "before" runs). Runs alternate before/after, each a new
 ``python`` process (nothing imported, no cluster), MLflow off (its uploader's start is measured elsewhere:
 benchmarks/mlflow_overhead.py). One trial, one epoch of the digits MLP.
 

@@ -20,6 +20,7 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_TUNER_PORT`` | (any free port) | the tuner's result port, or a range ``a-b`` (a firewall that opens only these) |
 | ``TUNEPLAT_CONNECT_TIMEOUT_S`` | 10 | a rank reaches the tuner's result port within this, or fails naming the address |
 | ``TUNEPLAT_LOCAL_TLS`` | 1 | the embedded cluster (and the rank channel) use TLS with temporary certificates; 0 turns it off |
+| ``TUNEPLAT_PRELOAD_IMPORTS`` | 0 | 1: the embedded cluster's workers import the trainable's modules in a background thread as they start (off by default: no gain measured on 2 cores, and a race with a task importing torch at the same moment) |
 | ``TUNEPLAT_LOCAL_SOCKET`` | 1 | ranks on the tuner's host reach it through a local (Linux abstract) socket, token-authenticated, instead of TCP/TLS; 0: TCP (TLS where the cluster has TLS) for every rank |
 | ``TUNEPLAT_SKLEARN_IDLE_S`` | 300 | ``tuneplat.sklearn``: how long the embedded cluster is kept between searches (0: closed after each) |
 | ``TUNEPLAT_NUM_CPUS`` | (cores) | worker slots of the embedded cluster, over ``init(num_cpus=)`` (Ray's ``RAY_OVERRIDE_RESOURCES``): oversubscribe a laptop |

@@ -241,7 +241,9 @@ class DaskTrialExecutor(TrialExecutor):
         self.heavy_imports = sorted({m.split(".")[0] for m in imports} & HEAVY_IMPORTS)
         self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0),
                                security=self._security, say=ctx.say,
-                               imports=imports if env_str("TUNEPLAT_PRELOAD_IMPORTS") != "0" else ())
+                               # opt-in: measured slower on 2 cores, and a background `import torch` racing a
+                               # task's unpickling of torch objects broke torch's own import (benchmarks/README)
+                               imports=imports if env_str("TUNEPLAT_PRELOAD_IMPORTS") == "1" else ())
         from ..train._session import current_session
 
         outer = current_session()
