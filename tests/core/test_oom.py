@@ -122,12 +122,11 @@ def test_gpu_memory_requests_become_a_share_of_a_device():
     assert resources_of(wrapped).per_worker() == {"CPU": 1.0, "GPU_memory": 8 * 2**30}
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="about a cluster without GPUs (the gpu tests cover GPUs)")
 def test_gpu_memory_on_a_cluster_without_gpus_is_refused_at_once(dask_client, storage):
     grid = tune.Tuner(tune.with_resources(needs_memory, lambda config: {"gpu_memory": "1GiB"}),
                       param_space={"micro_batch": 8, "accum": 1},
                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
                       run_config=tune.RunConfig(name="nogpu", storage_path=storage, verbose=0, mlflow=False),
                       client=dask_client).fit()
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
     assert "no GPU whose memory is known" in str(grid[0].error)
