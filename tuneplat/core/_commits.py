@@ -1,4 +1,4 @@
-"""What the loop writes into trial folders: checkpoint commits, retention, and ``result.json``.
+"""What the loop writes into trial folders: checkpoint commits and retention; params, results, errors.
 
 :class:`CheckpointCommits` is the loop's checkpoint pipeline. A rank stages a
 checkpoint and reports; the loop commits it (renames the staged folder into
@@ -14,6 +14,7 @@ writer the loop gives them.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ from ._trial import Trial
 
 logger = logging.getLogger("tuneplat")
 
-__all__ = ["COMMIT_POLL_S", "CheckpointCommits", "ResultFiles"]
+__all__ = ["COMMIT_POLL_S", "CheckpointCommits", "TrialFiles"]
 
 COMMIT_POLL_S = 0.005  # how often the loop looks at remote commits in flight
 
@@ -145,13 +146,35 @@ class CheckpointCommits:
             logger.warning("tuneplat: could not delete checkpoint %s: %s", path, exc)
 
 
-class ResultFiles:
-    """Each running trial's ``result.json`` (Ray's per-trial result file): one JSON line per result."""
+class TrialFiles:
+    """The files the loop keeps in each trial's folder, as Ray: ``params.json``, ``result.json``, ``error.txt``.
+
+    ``result.json`` (one JSON line per result) stays open while the trial runs.
+    """
 
     def __init__(self) -> None:
         self._files: dict[str, IO[str]] = {}
 
-    def write(self, trial: Trial, line: str) -> None:
+    @staticmethod
+    def write_params(trial: Trial, config: Any) -> None:
+        """The trial's config in ``params.json``."""
+        with open(os.path.join(trial.path, "params.json"), "w", encoding="utf-8") as f:
+            json.dump(to_jsonable(config), f, indent=2, sort_keys=True)
+
+    @staticmethod
+    def write_error(trial: Trial) -> str | None:
+        """The trial's error and traceback in ``error.txt``; its path, or None when it could not be written."""
+        path = os.path.join(trial.path, "error.txt")
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write((trial.error_traceback or trial.error or "error").rstrip() + "\n")
+        except OSError:
+            logger.debug("tuneplat: could not write %s", path, exc_info=True)
+            return None
+        return path
+
+    def write_result(self, trial: Trial, line: str) -> None:
+        """Append one result (a JSON line) to the trial's ``result.json``."""
         f = self._files.get(trial.trial_id)
         if f is None:
             f = self._files[trial.trial_id] = open(os.path.join(trial.path, "result.json"), "a",  # noqa: SIM115

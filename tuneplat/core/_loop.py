@@ -56,9 +56,10 @@ from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name
 from ..tracking._progress import ProgressReporter
 from . import _events as ev
 from ._actions import SchedulerActions
-from ._commits import COMMIT_POLL_S, CheckpointCommits, ResultFiles
+from ._commits import COMMIT_POLL_S, CheckpointCommits, TrialFiles
 from ._journal import Journal, pickle_hex, to_jsonable
 from ._oom import OOM, failure_kind, shrink_config
+from ._search import restore_algorithms, set_objective
 from ._stop import MetricCheck, StopRules
 from ._trial import RunState, Trial, TrialStatus
 from ._view import TunerView
@@ -136,7 +137,7 @@ class TuneLoop:
         self.stop_rules = StopRules(run_config.stop)
         #: checkpoint commits, retention (remote stores: on I/O threads) and each trial's result.json
         self.commits = CheckpointCommits(store, run_config.checkpoint_config, self._write, self._on_checkpoint)
-        self.result_files = ResultFiles()
+        self.trial_files = TrialFiles()
         #: the scheduler's decisions on results and its queued actions (stop, resume, PBT's exploit)
         self.actions = SchedulerActions(
             scheduler=self.scheduler, stop_rules=self.stop_rules, trials=self.by_id, running=self.running,
@@ -157,61 +158,20 @@ class TuneLoop:
 
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:
-        metric, mode = self.metric, self.mode
-        multi = getattr(self.scheduler, "supports_multi_objective", None)
-        if isinstance(metric, list) and callable(multi) and multi() and not isinstance(
-                getattr(self.scheduler, "metric", None), str):
-            # MO-ASHA / multi-objective HyperBand: the scheduler decides on every objective of the TuneConfig
-            self.scheduler.set_objective(metric, mode)
-            metric = mode = None
-        elif (isinstance(metric, list) and self.scheduler.requires_objective()
-                and getattr(self.scheduler, "metric", None) is None):
-            raise ValueError(
-                f"TuneConfig(metric={metric!r}, mode={mode!r}) is multi-objective, but "
-                f"{type(self.scheduler).__name__} decides on one metric: pass it one, e.g. "
-                f"{type(self.scheduler).__name__}(metric={metric[0]!r}, mode={mode[0]!r}, ...), "
-                "or leave TuneConfig.scheduler unset (FIFO) for a multi-objective search.")
-        self.scheduler.set_objective(metric if not isinstance(metric, list) else None,
-                                     mode if not isinstance(mode, list) else None)
-        if self.metric is None and getattr(self.scheduler, "metric", None):
-            self.metric, self.mode = self.scheduler.metric, self.scheduler.mode
-        ok = self.searcher.set_search_properties(
-            self.metric, self.mode, self.param_space, num_samples=self.tc.num_samples, seed=self.tc.seed,
-            experiment_dir=self.experiment_dir, resume=self.resume,
-        )
-        if ok is False:
-            raise ValueError(f"{type(self.searcher).__name__} was set up with its own search space; "
-                             "don't pass param_space to the Tuner as well.")
-        if self.metric is None and getattr(self.searcher, "metric", None):
-            self.metric, self.mode = self.searcher.metric, self.searcher.mode
+        self.metric, self.mode = set_objective(
+            self.scheduler, self.searcher, self.metric, self.mode, self.param_space, num_samples=self.tc.num_samples,
+            seed=self.tc.seed, experiment_dir=self.experiment_dir, resume=self.resume)
         self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
         self.reporter = ProgressReporter(self.metric, self.mode, self.rc.verbose, self.rc.progress_interval_s)
         self.reporter.attach(self)
-        if self.trials:
-            self._replay()
-
-    def _replay(self) -> None:
-        """Restore: rebuild searcher and scheduler state from the trials in the journal."""
-        self._exp_tag = self.trials[0].trial_id.rsplit("_", 1)[0]
-        self.suggested = len(self.trials)
-        self.searcher.restore_trials([
-            {"trial_id": t.trial_id, "config": t.config, "status": t.status.value, "result": t.last_result or None}
-            for t in self.trials
-        ])
-        for t in self.trials:
-            if t.recovered_result:  # its result line was lost with the last tuner: journal it now
-                t.recovered_result = False
-                self._write(ev.Result(trial_id=t.trial_id, result=to_jsonable(t.results[-1])))
-            self.scheduler.on_trial_add(t.trial_id, t.config)
-            for r in t.results:
-                self.scheduler.on_trial_result(t.trial_id, r)
-            if t.status == TrialStatus.TERMINATED:
-                self.scheduler.on_trial_complete(t.trial_id, t.last_result or None)
-            elif t.status == TrialStatus.ERROR:
-                self.scheduler.on_trial_error(t.trial_id)
-            else:
-                self.queue.append(t)
-        self.scheduler.pop_actions()  # decisions of the past were already carried out
+        if self.trials:  # a restore: rebuild searcher and scheduler state from the trials in the journal
+            self._exp_tag = self.trials[0].trial_id.rsplit("_", 1)[0]
+            self.suggested = len(self.trials)
+            for t in self.trials:
+                if t.recovered_result:  # its result line was lost with the last tuner: journal it now
+                    t.recovered_result = False
+                    self._write(ev.Result(trial_id=t.trial_id, result=to_jsonable(t.results[-1])))
+            self.queue.extend(restore_algorithms(self.trials, self.searcher, self.scheduler))
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
@@ -320,7 +280,7 @@ class TuneLoop:
             self._guarded(journal.append, end)
         self._guarded(self.commits.close)  # deletions (and commits of an ended loop) finish
         self._guarded(self.reporter.finish, self.trials, status)
-        self.result_files.close_all(self._guarded)
+        self.trial_files.close_all(self._guarded)
         if journal is not None:
             self._guarded(journal.close)
         self._guarded(self.searcher.close)
@@ -506,7 +466,7 @@ class TuneLoop:
         journal = self.journal
         assert journal is not None
         if journal.sync_due():
-            self.result_files.flush()
+            self.trial_files.flush()
             journal.sync()
         if self.syncer is not None:
             self.syncer.maybe_sync()
@@ -525,8 +485,7 @@ class TuneLoop:
             path = os.path.join(self.experiment_dir, dirname)
             trial.path = path if not os.path.exists(path) else f"{path}_{trial_id}"
         os.makedirs(trial.path, exist_ok=True)
-        with open(os.path.join(trial.path, "params.json"), "w", encoding="utf-8") as f:
-            json.dump(to_jsonable(config), f, indent=2, sort_keys=True)
+        self.trial_files.write_params(trial, config)
         self.trials.append(trial)
         self.by_id[trial_id] = trial
         self._write(ev.TrialAdd(trial_id=trial_id, config=to_jsonable(config), path=trial.path,
@@ -784,7 +743,7 @@ class TuneLoop:
         except (TypeError, ValueError):
             line = json.dumps(to_jsonable(result))
         self.journal.append_line(f'{{"event": "result", "trial_id": "{trial.trial_id}", "result": {line}}}')
-        self.result_files.write(trial, line)
+        self.trial_files.write_result(trial, line)
         problem, misspelt = self.checks.problem(trial.trial_id, result)
         if problem:
             self.executor.fail(trial.trial_id, problem)
@@ -820,7 +779,7 @@ class TuneLoop:
         trial = self.by_id[event.trial_id]
         decision = run.decision if run is not None else None
         self.searcher_blocked = False
-        self.result_files.close(trial.trial_id)
+        self.trial_files.close(trial.trial_id)
         if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
             self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
         if event.outcome is Outcome.RESIZED and event.preempted:
@@ -965,7 +924,7 @@ class TuneLoop:
             error_kind=trial.error_kind if status is TrialStatus.ERROR else None,
             resumable=True if trial.resumable else None))
         if status is TrialStatus.ERROR:
-            error_file = self._write_error_file(trial)
+            error_file = self.trial_files.write_error(trial)
             self.scheduler.on_trial_error(trial.trial_id)
             info = {"oom": True} if trial.error_kind == OOM and _takes_info(self.searcher) else {}
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True, **info)
@@ -978,17 +937,6 @@ class TuneLoop:
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False, **info)
         for cb in self.callbacks:
             self._record(cb.on_trial_complete(self.view, trial))
-
-    def _write_error_file(self, trial: Trial) -> str | None:
-        """The trial's error and traceback in ``error.txt`` in its folder (as Ray); its path, or None."""
-        path = os.path.join(trial.path, "error.txt")
-        try:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write((trial.error_traceback or trial.error or "error").rstrip() + "\n")
-        except OSError:
-            logger.debug("tuneplat: could not write %s", path, exc_info=True)
-            return None
-        return path
 
     def _teardown_all(self, reason: str) -> None:
         """End every running group (Ctrl-C, SIGTERM, an error in the loop) and wait for them."""
