@@ -126,3 +126,11 @@ def exits_once(config):
         open(marker, "w").close()
         os._exit(1)
     steady({"epochs": 2})
+
+
+def grab_memory(config):
+    """Holds ``config["mib"]`` MiB of host memory (every page written), then reports: a host OOM where it is limited."""
+    size = config["mib"] * 2**20
+    block = bytearray(size)
+    block[::4096] = b"\x01" * len(range(0, size, 4096))
+    train.report({"loss": 1.0 / config["mib"], "held_mib": len(block) // 2**20})

@@ -56,6 +56,7 @@ from ._executor import (
     TrialSpec,
 )
 from ._gpu_memory import GPU_MEMORY, as_gpu_share, device_memory_bytes
+from ._host_oom import oom_evidence
 from ._observe import WorkerBoard, rank_row
 from ._runner import run_rank
 from ._stacks import RankRef
@@ -90,6 +91,7 @@ class _Rank:
     request: Mapping[str, float] | None = None  # what the rank was placed with (None: the experiment's request)
     stats: dict[str, Any] | None = None  # what its last heartbeat said (train/_telemetry.py)
     system_seen: float = 0.0  # the sample time of the last system metrics passed to the loop
+    oom_baseline: dict[str, Any] | None = None  # its memory cgroup's OOM-kill count when it started (_host_oom.py)
 
 
 @dataclass
@@ -804,8 +806,10 @@ class DaskTrialExecutor(TrialExecutor):
                     # its process died (os._exit, a segfault, the OOM killer): the scheduler may still list the
                     # worker for a moment; a retry placed there would wait for a process that is gone
                     self.ledger.quarantine(conn.rank.assignment.address, pid=conn.rank.pid)
-                    self._fail_group(conn.group, f"rank {conn.rank.index} on {conn.rank.assignment.address} lost "
-                                                 "its connection (its process or Dask worker died)")
+                    oom = self._oom_killed(conn.rank)
+                    where = f"rank {conn.rank.index} on {conn.rank.assignment.address}"
+                    self._fail_group(conn.group, f"{where} (host {conn.rank.hostname}) was {oom}" if oom else
+                                     f"{where} lost its connection (its process or Dask worker died)")
                     self._forget_rank(conn.rank)
                 self._maybe_end_group(conn.group)
             return
@@ -839,6 +843,7 @@ class DaskTrialExecutor(TrialExecutor):
             rank.conn = conn.sock
             rank.channel = conn
             rank.pid, rank.hostname = msg[2], msg[3]
+            rank.oom_baseline = msg[4] if len(msg) > 4 and isinstance(msg[4], dict) else None
             rank.ever_connected = True
             rank.last_seen = time.monotonic()
             conn.rank = rank
@@ -892,6 +897,7 @@ class DaskTrialExecutor(TrialExecutor):
         elif kind == "started":
             assert conn.rank is not None
             conn.rank.started_ack = True
+            conn.rank.oom_baseline = msg[1] if len(msg) > 1 and isinstance(msg[1], dict) else None
         elif kind == "lease":
             assert conn.rank is not None
             self._on_lease(group, conn.rank, msg[1], msg[2], msg[3])
@@ -1035,8 +1041,10 @@ class DaskTrialExecutor(TrialExecutor):
                         continue
                 rank.finished = "error"
                 tb = "".join(traceback.format_exception(exc)) if exc else None
-                self._fail_group(group, f"rank {rank.index} failed on its Dask worker: {type(exc).__name__}: {exc}",
-                                 tb)
+                oom = self._oom_killed(rank) if type(exc).__name__ == "KilledWorker" and rank.ever_connected else None
+                self._fail_group(group, f"rank {rank.index} on {rank.assignment.address} (host {rank.hostname}) was "
+                                        f"{oom}" if oom else
+                                 f"rank {rank.index} failed on its Dask worker: {type(exc).__name__}: {exc}", tb)
             elif rank.finished is None:
                 rank.finished = "dead" if fut is not None and fut.status == "cancelled" else "done"
             self._maybe_end_group(group)
@@ -1154,6 +1162,38 @@ class DaskTrialExecutor(TrialExecutor):
                 self._restart_worker(r)
                 self._forget_rank(r)
             self._maybe_end_group(g)
+
+    def _oom_killed(self, rank: _Rank) -> str | None:
+        """Whether the kernel's OOM killer ended ``rank``'s process, read on its host (``_host_oom.py``).
+
+        Returns the evidence (``"killed by the kernel's OOM killer (...)"``), or None
+        when there is none to read (then the death stays "its process died"). On this
+        host the tuner reads the rank's memory cgroup and the kernel log itself; on
+        another host a live Dask worker of that host reads them (one round trip, at
+        most ``TUNEPLAT_OOM_CHECK_S`` seconds, 5).
+        """
+        if not rank.pid:
+            return None
+        if rank.hostname == socket.gethostname():
+            return _local_oom_evidence(rank.oom_baseline, rank.pid)
+        addr = rank.assignment.address
+        peers = [a for a, slot in self.ledger.slots.items() if slot.host == rank.assignment.host and a != addr]
+        if not peers:
+            return None  # no other worker on that host to ask (nothing is guessed)
+        box: dict[str, Any] = {}
+
+        def ask() -> None:
+            try:
+                box.update(self.client.run(_local_oom_evidence, rank.oom_baseline, rank.pid, workers=peers[:1],
+                                           on_error="return"))
+            except Exception as exc:  # noqa: BLE001 - a diagnostic: the death is reported either way
+                logger.debug("tuneplat: asking %s about rank %s's death failed: %s", peers[0], rank.index, exc)
+
+        thread = threading.Thread(target=ask, name="tuneplat-oom-check", daemon=True)
+        thread.start()
+        thread.join(env_seconds("TUNEPLAT_OOM_CHECK_S", 5))
+        answer = next(iter(box.values()), None)
+        return answer if isinstance(answer, str) else None
 
     def _capture(self, group: _Group, reason: str, silent: list[_Rank] | None = None) -> str:
         """Capture the stacks of ``group``'s ranks (``silent`` ones do not answer their worker); text for an error."""
@@ -1335,6 +1375,32 @@ class DaskTrialExecutor(TrialExecutor):
 #: an elastic rank whose Dask task was declared lost while its connection lives: how long a preemption notice
 #: may take to come before the rank counts as lost (its worker is closing: the rank sees it within 0.1 s)
 TASK_LOST_GRACE_S = env_seconds("TUNEPLAT_TASK_LOST_GRACE_S", 2)
+
+
+def _local_oom_evidence(baseline: dict[str, Any] | None, pid: int) -> str | None:
+    """:func:`oom_evidence` for process ``pid`` of this host, once it is gone (its connection closed first).
+
+    The kernel's count rises before the victim exits, so a count read now is current; the cgroup count
+    alone (no kernel-log line for the pid) is taken as evidence only once the process is seen gone, waiting
+    at most 0.5 s for it (a process that lives on was not killed).
+    """
+    evidence = oom_evidence(baseline, pid)
+    if evidence is None or "kernel log:" in evidence:
+        return evidence
+    deadline = time.monotonic() + 0.5
+    while not _pid_gone(pid):
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)  # (the process closes its sockets a moment before the kernel marks it a zombie)
+    return evidence
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def _process_gone(rank: Any) -> bool:

@@ -19,6 +19,7 @@ from .._settings import env_seconds
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
 from . import _stacks
 from ._channel import TokenRefused, connect, connect_local
+from ._host_oom import oom_baseline
 from ._trial_io import apply_trial_io
 from ._wire import recv_msg, send_msg
 
@@ -260,7 +261,8 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
                              f"{spec.trial_id} on {socket.gethostname()} ({spec.host})", local=spec.tuner_local)
     except TokenRefused:  # the tuner ended this trial before the rank connected: it runs nothing
         return "not started"
-    send_msg(sock, ("hello", spec.rank, os.getpid(), socket.gethostname()))
+    # (its memory cgroup's OOM-kill count now: if the kernel's OOM killer ends this process, the tuner can tell)
+    send_msg(sock, ("hello", spec.rank, os.getpid(), socket.gethostname(), oom_baseline()))
     try:  # the tuner says "go" (or refuses a rank it no longer wants) before any user code runs
         go = recv_msg(sock)
     except (ConnectionError, OSError):
@@ -278,7 +280,8 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
             spec = nxt
             try:
                 with heartbeat.send_lock:
-                    send_msg(sock, ("started",))  # the tuner learns that user code runs (not lost before start)
+                    # the tuner learns that user code runs (not lost before start), and the OOM-kill count now
+                    send_msg(sock, ("started", oom_baseline()))
             except OSError:
                 break
             assert copy is not None
