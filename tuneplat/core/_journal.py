@@ -9,9 +9,11 @@ import os
 import time
 from typing import Any
 
+import cloudpickle
+
 from ._events import Event, schema_problem
 
-__all__ = ["Journal", "JournalError", "read_journal", "to_jsonable"]
+__all__ = ["Journal", "JournalError", "pickle_hex", "read_journal", "to_jsonable"]
 
 
 class JournalError(RuntimeError):
@@ -37,6 +39,16 @@ def to_jsonable(value: Any) -> Any:
         except (ValueError, RuntimeError, TypeError):
             pass
     return repr(value)
+
+
+def pickle_hex(obj: Any) -> str | None:
+    """A pickled copy of a config that JSON cannot hold exactly (the journal's JSON copy serves the rest)."""
+    if to_jsonable(obj) == obj:
+        return None
+    try:
+        return cloudpickle.dumps(obj).hex()
+    except Exception:  # noqa: BLE001 - only needed to restore exotic configs
+        return None
 
 
 def _loads_float(text: str) -> Any:
