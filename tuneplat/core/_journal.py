@@ -23,6 +23,8 @@ class JournalError(RuntimeError):
 def to_jsonable(value: Any) -> Any:
     """JSON-safe copy: numpy/torch scalars → numbers, non-finite floats → strings, others → repr."""
     if isinstance(value, float):
+        if type(value).__name__ == "AutoGpuMemory":  # GPU_memory="auto" / "auto:10GiB" (execution/_gpu_memory.py)
+            return repr(value).strip("'")
         return value if math.isfinite(value) else str(value)
     if value is None or isinstance(value, (bool, int, str)):
         return value

@@ -57,6 +57,7 @@ from ..tracking._progress import ProgressReporter
 from . import _events as ev
 from ._actions import SchedulerActions
 from ._commits import COMMIT_POLL_S, CheckpointCommits, TrialFiles
+from ._gpu_auto import GpuMemoryAuto
 from ._journal import Journal, pickle_hex, to_jsonable
 from ._oom import OOM, failure_kind, shrink_config
 from ._search import restore_algorithms, set_objective
@@ -95,6 +96,9 @@ class TuneLoop:
         self.trial_resources = trial_resources
         self._shapes: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> (request per rank, ranks)
         self._shapes_checked: set[str] = set()
+        #: GPU_memory="auto": the figure chosen per trial from its shape's measured peaks (core/_gpu_auto.py)
+        self.gpu_auto = GpuMemoryAuto()
+        self._resolved: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> its auto-sized shape
         self.raw_trainable = raw_trainable
         self.executor = executor
         self.store = store
@@ -196,7 +200,7 @@ class TuneLoop:
                 name=self.experiment_name, metric=self.metric, mode=self.mode, num_samples=self.tc.num_samples,
                 scheduler=to_jsonable(self.scheduler.describe()), searcher=type(self.searcher).__name__,
                 resume=self.resume,
-                scaling={"num_workers": self.world_size, "resources_per_worker": self.request,
+                scaling={"num_workers": self.world_size, "resources_per_worker": to_jsonable(self.request),
                          **({"min_workers": self.min_world_size} if self.min_world_size is not None else {})}))
             for cb in self.callbacks:
                 self._record(cb.on_experiment_start(self.view))
@@ -315,6 +319,7 @@ class TuneLoop:
         if self.commits.hold(event):  # its trial's checkpoint is being committed: in order, after it
             return
         if isinstance(event, Reported):
+            self.gpu_auto.observe(event.trial_id, event.result)  # (a trial sized by GPU_memory="auto" teaches)
             self._on_step(event)
         elif isinstance(event, Saved):  # a checkpoint asked for by answer(save=True)
             self.commits.saved(self.by_id[event.trial_id], event.iteration)
@@ -562,6 +567,11 @@ class TuneLoop:
                 self.queue.popleft()
                 self._start(trial, reservation)
                 continue
+            if self.gpu_auto.wants(self.request):  # GPU_memory="auto": its room depends on the trial's figure
+                new = self._suggest()
+                if new is not None:
+                    self.queue.appendleft(new)  # it waits, first in line, for room of its figure
+                continue
             reservation = self.executor.reserve()  # the experiment's shape: no suggestion without room
             if reservation is None:
                 self._set_waiting(self._could_start())
@@ -580,7 +590,17 @@ class TuneLoop:
             self._start(new, reservation)
 
     def _shape(self, trial: Trial) -> tuple[dict[str, float], int] | None:
-        """``(request per rank, ranks)`` of the trial; None when it can never run (it is ended as ERROR)."""
+        """``(request per rank, ranks)`` of the trial, ``GPU_memory="auto"`` sized now; None: it can never run."""
+        shape = self._trial_shape(trial)
+        if shape is None or not self.gpu_auto.wants(shape[0]):
+            return shape
+        device = self.executor.gpu_memory_bytes()
+        resolved = (self.gpu_auto.resolve(trial.trial_id, shape[0], shape[1], device), shape[1])
+        self._resolved[trial.trial_id] = resolved
+        return resolved
+
+    def _trial_shape(self, trial: Trial) -> tuple[dict[str, float], int] | None:
+        """``(request per rank, ranks)`` of the trial as asked; None when it can never run (it is ended as ERROR)."""
         if self.trial_resources is None:
             return self.request, self.world_size
         shape = self._shapes.get(trial.trial_id)
@@ -644,8 +664,7 @@ class TuneLoop:
                          config=trial.config, start_iteration=start_iteration, time_offset=time_offset,
                          checkpoint_path=checkpoint.path if checkpoint else None,
                          remote_trial_dir=self.store.trial_url(trial.path),
-                         request=self._shapes.get(trial.trial_id, (None, None))[0],
-                         world_size=self._shapes.get(trial.trial_id, (None, None))[1])
+                         request=self._started_shape(trial)[0], world_size=self._started_shape(trial)[1])
         self.running[trial.trial_id] = RunState(attempt, resumed_from_clone=cloned)
         trial.status = TrialStatus.RUNNING
         trial.pending_decision = None
@@ -655,11 +674,17 @@ class TuneLoop:
             checkpoint=checkpoint.path if checkpoint else None,
             # its own resources (with_resources(fn), a ScalingConfig with domains)
             resources=None if spec.request is None else {"num_workers": spec.world_size,
-                                                          "resources_per_worker": dict(spec.request)}))
+                                                          "resources_per_worker": dict(spec.request)},
+            gpu_memory_auto=self.gpu_auto.note(trial.trial_id) if trial.trial_id in self._resolved else None))
         self._record_world_size(trial, len(where), start_iteration)
         for cb in self.callbacks:
             self._record(cb.on_trial_start(self.view, trial))
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
+
+    def _started_shape(self, trial: Trial) -> tuple[dict[str, float] | None, int | None]:
+        """The shape a trial starts with: its auto-sized one, its own, or None (the experiment's)."""
+        got = self._resolved.get(trial.trial_id) or self._shapes.get(trial.trial_id)
+        return got if got is not None else (None, None)
 
     def _record_world_size(self, trial: Trial, size: int, start_iteration: int) -> None:
         """An elastic trial's group started with ``size`` ranks: journal a resize when that changed."""
@@ -825,6 +850,10 @@ class TuneLoop:
         max_failures = fc.max_failures
         kind = failure_kind(message, tb)
         trial.error_kind = kind
+        if kind == OOM and trial.trial_id in self._resolved:  # GPU_memory="auto": successors ask for more
+            line = self.gpu_auto.on_oom(trial.trial_id, self.executor.gpu_memory_bytes())
+            if line:
+                self.reporter.event(line)
         shrunk = self._oom_shrink(trial, message) if kind == OOM else None
         if shrunk is not None:
             trial.num_failures -= 1  # an OOM retry has its own budget (FailureConfig.max_oom_retries)

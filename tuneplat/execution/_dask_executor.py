@@ -366,6 +366,11 @@ class DaskTrialExecutor(TrialExecutor):
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
         self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy)
 
+    def gpu_memory_bytes(self) -> float | None:
+        if self._device_bytes is None:
+            self._device_bytes = device_memory_bytes() or 0.0
+        return self._device_bytes or None
+
     def _gpu_share(self, request: Mapping[str, float]) -> dict[str, float]:
         """``GPU_memory`` (bytes) as the share of one of the cluster's devices (see ``_gpu_memory.py``)."""
         if GPU_MEMORY not in request:
