@@ -69,6 +69,44 @@ def test_time_budget_ends_a_trial_that_does_not_report(dask_client, storage, mon
     assert all(r.metrics["training_iteration"] == 1 for r in results)
 
 
+def test_an_error_mid_sweep_ends_what_the_ranks_started_too(storage, tmp_path):
+    """The operator's report, with the process they saw: ranks that started helper processes (multiprocessing's
+    spawn context, `python -c from multiprocessing.spawn import spawn_main ...`); a callback raises on the 5th
+    result. When fit() has raised, the helpers are gone: a helper orphaned by its worker's exit is re-parented to
+    init, so it is looked up by the pid the rank reported, not among the tuner's children."""
+
+    class BoomOnFifth(tune.Callback):
+        seen = 0
+        pids: set[int] = set()
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            BoomOnFifth.pids.add(int(result["helper_pid"]))
+            BoomOnFifth.seen += 1
+            if BoomOnFifth.seen == 5:
+                raise RuntimeError("callback bug on the 5th result")
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    tuner = tune.Tuner(T.with_spawned_helper, param_space={"x": tune.grid_search([1, 2]), "marker_dir": str(markers)},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                       run_config=tune.RunConfig(name="boom5-helpers", storage_path=storage, verbose=0, mlflow=False,
+                                                 callbacks=[BoomOnFifth()]))
+    with pytest.raises(tune.TuneError, match="5th result"):
+        tuner.fit()
+    assert BoomOnFifth.pids
+    alive = {}
+    for pid in BoomOnFifth.pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive[pid] = " ".join(p.cmdline())[:200]
+        except psutil.NoSuchProcess:
+            pass
+    for pid in alive:  # never leave them behind, whatever the outcome
+        psutil.Process(pid).kill()
+    assert not alive, f"helper processes a rank started outlived fit(): {alive}"
+
+
 def test_an_error_mid_sweep_leaves_no_worker_process_not_even_a_zombie(storage):
     """The operator's report: a callback raising on the 5th result, two trials busy reporting; right after fit()
     raised, every worker process of the embedded cluster is gone and reaped (none running, none defunct)."""
