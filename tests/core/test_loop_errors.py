@@ -11,6 +11,8 @@ import trainables as T
 import tuneplat as tune
 from tuneplat import read_journal
 
+_KEPT = ("resource_tracker", "_mlflow import _child_main", "tracking/_writer_proc.py")  # kept for the next fit
+
 
 def _children() -> dict[int, str]:
     out = {}
@@ -43,9 +45,10 @@ def test_an_error_in_the_loop_tears_down_the_embedded_cluster_and_is_recorded_as
     events = read_journal(os.path.join(storage, "boom", "journal.jsonl"))
     assert events[-1]["event"] == "experiment_end" and events[-1]["status"] == "error"
     assert "callback bug" in events[-1]["traceback"]
-    # (Python's resource tracker and the MLflow uploader live as long as the interpreter, by design)
+    # (Python's resource tracker, the MLflow uploader and the writer of progress.csv/TensorBoard files live as long
+    # as the interpreter, by design: they serve the process's next experiment)
     left = {pid: cmd for pid, cmd in _children().items() if pid not in before_children
-            and "resource_tracker" not in cmd and "_mlflow import _child_main" not in cmd}
+            and not any(kept in cmd for kept in _KEPT)}
     assert not left, f"processes outlived fit(): {left}"
     assert _listening() <= before_ports, "listening sockets outlived fit()"
     from mlflow.tracking import MlflowClient
@@ -136,6 +139,6 @@ def test_an_error_mid_sweep_leaves_no_worker_process_not_even_a_zombie(storage):
             cmd = "<defunct>"
         except psutil.Error:
             continue
-        if "resource_tracker" not in cmd:
+        if not any(kept in cmd for kept in _KEPT):
             left[p.pid] = cmd[:200]
     assert not left, f"processes outlived fit(): {left}"
