@@ -156,3 +156,20 @@ def test_gpu_requests_need_virtual_gpus_that_fit(storage):
         VirtualTimeExecutor(gpus=-1)
     with pytest.raises(ValueError, match="'auto'"):
         tune.ScalingConfig(resources_per_worker={"GPU_memory": "lots"})
+
+
+def test_auto_learns_again_from_restored_trials(storage):
+    # the time budget ends the first run while its first trial (alone on the device) has reported twice
+    ex = VirtualTimeExecutor(num_slots=16, gpus=1, gpu_memory="80GiB")
+    space = {"gib": 10}
+    tc = tune.TuneConfig(metric="loss", mode="min", num_samples=4, time_budget_s=2.5)
+    sc = tune.ScalingConfig(resources_per_worker={"GPU_memory": "auto"})
+    first = tune.Tuner(hold, param_space=space, tune_config=tc, scaling_config=sc, executor=ex,
+                       run_config=tune.RunConfig(name="auto", storage_path=storage, verbose=0, mlflow=False)).fit()
+    starts = _events(first, "trial_start")
+    assert [e["gpu_memory_auto"]["bytes"] for e in starts] == ["whole device"]
+    grid = tune.Tuner.restore(first.experiment_path, hold, executor=VirtualTimeExecutor(
+        num_slots=16, gpus=1, gpu_memory="80GiB")).fit()
+    assert all(r.error is None for r in grid), [r.error for r in grid]
+    later = _events(grid, "trial_start")[1:]
+    assert later and {e["gpu_memory_auto"]["bytes"] for e in later} == {int(10 * GiB * MARGIN + HEADROOM)}
