@@ -138,6 +138,17 @@ def test_a_rank_killed_by_the_host_oom_killer_is_an_oom_and_is_retried_smaller(l
     assert kinds and set(kinds) == {"oom"}, kinds
     assert [e["change"]["mib"] for e in events if e["event"] == "oom_retry"][0] == [4 * LIMIT_MIB, 2 * LIMIT_MIB]
 
+    # nothing is guessed: a rank SIGKILLed by something else in the same cgroup (which has seen OOM kills before
+    # this rank started) stays a process that died
+    grid = tune.Tuner(F.poison, run_config=tune.RunConfig(name="killed", storage_path=storage, verbose=0,
+                                                          mlflow=False, failure_config=tune.FailureConfig(
+                                                              max_failures=0, oom_halve="mib")),
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"), client=limited_client).fit()
+    error = str(grid[0].error)
+    assert "lost its connection (its process or Dask worker died)" in error and "OOM" not in error, error
+    events = read_journal(os.path.join(grid.experiment_path, "journal.jsonl"))
+    assert [e.get("kind") for e in events if e["event"] == "trial_failure"] == [None]
+
 
 @pytest.mark.timeout(300)
 def test_a_rank_on_another_host_is_checked_by_a_worker_of_that_host(limited_cgroup, storage, monkeypatch):
