@@ -19,6 +19,7 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_CACHE_DIR`` | ``~/.cache/tuneplat`` | the local cache of experiments on remote storage |
 | ``TUNEPLAT_TUNER_PORT`` | (any free port) | the tuner's result port, or a range ``a-b`` (a firewall that opens only these) |
 | ``TUNEPLAT_CONNECT_TIMEOUT_S`` | 10 | a rank reaches the tuner's result port within this, or fails naming the address |
+| ``TUNEPLAT_UNREACHABLE_RETRY_S`` | 15 | a worker whose rank could not reach the tuner takes no trial for this long, doubled at each new failure (up to 600 s; reset once a rank there connects): a path lost for a while comes back, a firewall does not |
 | ``TUNEPLAT_LOCAL_TLS`` | 1 | the embedded cluster (and the rank channel) use TLS with temporary certificates; 0 turns it off |
 | ``TUNEPLAT_PRELOAD_IMPORTS`` | 0 | 1: the embedded cluster's workers import the trainable's modules in a background thread as they start (off by default: no gain measured on 2 cores, and a race with a task importing torch at the same moment) |
 | ``TUNEPLAT_LOCAL_SOCKET`` | 1 | ranks on the tuner's host reach it through a local (Linux abstract) socket, token-authenticated, instead of TCP/TLS; 0: TCP (TLS where the cluster has TLS) for every rank |

@@ -105,6 +105,34 @@ def path_lost(config):
                             checkpoint=tuneplat.Checkpoint.from_directory(d))
 
 
+def path_lost_group(config):
+    """path_lost for a group of ranks: at step 3, rank 0 writes its host's name in the marker file and waits for
+    the test to cut that host's path to the tuner; every rank checkpoints every step."""
+    import os
+    import tempfile
+    import time
+
+    from tuneplat import train
+
+    ckpt = tuneplat.get_checkpoint()
+    start = 0
+    if ckpt is not None:
+        with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
+            start = int(f.read())
+    rank = train.get_context().get_world_rank()
+    for step in range(start + 1, 6):
+        if step == 3 and rank == 0 and not os.path.exists(config["marker"]):
+            with open(config["marker"], "w") as f:
+                f.write(socket.gethostname())
+            while not os.path.exists(config["marker"] + ".cut"):  # another process's file: poll it
+                time.sleep(0.05)
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(config["marker"])) as d:
+            with open(os.path.join(d, "step.txt"), "w") as f:
+                f.write(str(step))
+            tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
+                            checkpoint=tuneplat.Checkpoint.from_directory(d))
+
+
 def elastic_hosts(config):
     """An elastic group (ScalingConfig(num_workers=(1, 2))) across hosts w1 and w2; a checkpoint every step.
 

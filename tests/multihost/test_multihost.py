@@ -6,10 +6,12 @@ Real ``dask scheduler``/``dask worker`` processes, real TLS, a real firewall
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import netns
@@ -214,46 +216,65 @@ def test_a_worker_host_joining_after_fit_started(net, tmp_path):
     assert trial["error"] is None and trial["metrics"]["hosts"] == "w1,w2"
 
 
+@pytest.mark.parametrize("outage,group", [("until-noticed", False), ("45s", False), ("45s", True)],
+                         ids=["until-noticed", "45s", "45s-rank0-of-2"])
 def test_a_host_that_silently_loses_its_path_to_the_tuner_is_noticed_by_heartbeat_and_the_trial_recovers(
-        net, tmp_path):
+        net, tmp_path, outage, group):
     """Rank 0's host w2 loses its path to the tuner (packets dropped, no reset) while Dask still reaches it: the
-    missing heartbeats declare the rank hung, and the trial finishes from its checkpoint once w2 is back."""
+    missing heartbeats declare the rank hung, and the trial finishes from its checkpoint once w2 is back.
+    "45s" is the operator's report: the default heartbeat timeout (30 s) and the path down for 45 s, so the trial is
+    retried while w2 is still cut off."""
     address, certs = netns.start_cluster(net, str(tmp_path), tls=True)
     marker = tmp_path / "w2-at-step-3"
-    env = {**netns.worker_env(), "TUNEPLAT_HEARTBEAT_TIMEOUT_S": "5"}
+    log = open(tmp_path / "tuner.log", "w")  # the tuner's warnings, shown when the test fails
+    env = {**netns.worker_env()}
+    if outage == "until-noticed":
+        env["TUNEPLAT_HEARTBEAT_TIMEOUT_S"] = "5"
     tuner = subprocess.Popen(net.hosts["tuner"].cmd(sys.executable, os.path.join(netns.ROOT, "tests", "multihost",
                                                                                   "tuner_main.py"),
-                                                    _opts(tmp_path, address, certs, mode="pathloss", verbose=1, journal=True,
-                                                          marker=str(marker))),
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                                    _opts(tmp_path, address, certs,
+                                                          mode="pathloss-group" if group else "pathloss", verbose=1,
+                                                          journal=True, marker=str(marker))),
+                             env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+    log.close()
     tuner_ip = net.hosts["tuner"].ip
     rules = [("OUTPUT", "-d"), ("INPUT", "-s")]
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(tuner.stdout or []), daemon=True)  # never blocks the test
+    reader.start()
+
+    def noticed() -> bool:  # the tuner has journaled the silent rank (its journal: a file to poll)
+        return any("sent nothing for" in open(j).read() for j in glob.glob(str(tmp_path / "results" / "*" /
+                                                                                "journal.jsonl")))
+
     try:
         netns.wait_for(lambda: marker.exists() or tuner.poll() is not None, 180, "a trial to reach step 3 on w2")
         assert marker.exists()
+        host = marker.read_text() or "w2"  # rank 0's host (always w2 for one rank)
         for chain, flag in rules:  # silent: dropped, not rejected; the scheduler's link stays up
-            net.hosts["w2"].run("iptables", "-A", chain, flag, tuner_ip, "-j", "DROP")
+            net.hosts[host].run("iptables", "-A", chain, flag, tuner_ip, "-j", "DROP")
+        cut_at = time.monotonic()
         (tmp_path / "w2-at-step-3.cut").write_text("cut")
-        assert tuner.stdout is not None
-        seen = []
-        for line in tuner.stdout:  # until the tuner says the rank went silent
-            seen.append(line)
-            if "sent nothing for" in line or "RESULT" in line or "ERROR" in line:
-                break
+        netns.wait_for(lambda: noticed() or tuner.poll() is not None, 120, "the tuner to notice the silent rank")
+        if outage == "45s":  # the outage's length is the scenario (not a synchronisation): the host stays cut off
+            threading.Event().wait(max(0.0, 45 - (time.monotonic() - cut_at)))
         for chain, flag in rules:  # the path comes back
-            net.hosts["w2"].run("iptables", "-D", chain, flag, tuner_ip, "-j", "DROP")
-        rest, _ = tuner.communicate(timeout=240)
+            net.hosts[host].run("iptables", "-D", chain, flag, tuner_ip, "-j", "DROP")
+        tuner.wait(timeout=240)
+        reader.join(30)
     finally:
         if tuner.poll() is None:
             tuner.kill()
             tuner.wait(10)
-    out = "".join(seen) + rest
-    kind, body = _outcome(subprocess.CompletedProcess([], tuner.returncode, out, ""))
-    assert kind == "RESULT", (body, out[-4000:])
+    text = "".join(out)
+    kind, body = _outcome(subprocess.CompletedProcess([], tuner.returncode, text, ""))
+    warnings = (tmp_path / "tuner.log").read_text()[-6000:]
+    assert kind == "RESULT", (body, text[-4000:], warnings)
+    assert "sent nothing for" in text  # noticed by heartbeat (the journal's rank_failure, printed by the script)
     trials = body["trials"]
-    assert [t["error"] for t in trials] == [None, None], out[-4000:]
+    assert [t["error"] for t in trials] == [None, None], (text[-4000:], warnings)
     assert all(t["metrics"]["training_iteration"] == 5 for t in trials)
-    assert sorted(t["metrics"]["start"] for t in trials)[-1] >= 2, out[-4000:]  # resumed from its checkpoint
+    assert sorted(t["metrics"]["start"] for t in trials)[-1] >= 2, text[-4000:]  # resumed from its checkpoint
 
 
 def test_an_elastic_group_goes_on_without_a_lost_host_and_grows_when_it_returns(net, tmp_path):

@@ -95,6 +95,12 @@ def main() -> None:
             grid = Tuner(mh_trainables.path_lost, param_space={"x": grid_search([0.0, 1.0]), "marker": opts["marker"]},
                          tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc,
                          scaling_config=ScalingConfig(num_workers=1)).fit()
+        elif opts["mode"] == "pathloss-group":
+            rc.failure_config = FailureConfig(max_failures=2)
+            grid = Tuner(mh_trainables.path_lost_group,
+                         param_space={"x": grid_search([0.0, 1.0]), "marker": opts["marker"]},
+                         tune_config=TuneConfig(metric="loss", mode="min"), run_config=rc,
+                         scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD")).fit()
         elif opts["mode"] == "elastic":
             rc.failure_config = FailureConfig(max_failures=1)
             rc.name = "elastic"

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -584,6 +585,7 @@ class Ledger:
         self.load: dict[str, int] = {}  # ranks placed on a worker (0 or 1)
         self.quarantined: set[str] = set()  # hung or dead workers being replaced: never placed on again
         self._dead_pid: dict[str, int] = {}  # quarantined address -> the process that died there
+        self._retry_at: dict[str, float] = {}  # quarantined for a while (its host could not reach the tuner)
         self.pools: dict[str, list[float]] = {}
         self._pool_size: dict[str, list[float]] = {}
 
@@ -595,6 +597,7 @@ class Ledger:
                 self.load.pop(addr, None)
                 self.quarantined.discard(addr)
                 self._dead_pid.pop(addr, None)
+                self._retry_at.pop(addr, None)
         for addr, dead in list(self._dead_pid.items()):  # a new process at the same address: placeable again
             slot = new.get(addr)
             if slot is not None and slot.pid is not None and slot.pid != dead:
@@ -692,6 +695,24 @@ class Ledger:
         self.quarantined.add(address)
         if pid is not None:
             self._dead_pid[address] = pid
+
+    def quarantine_for(self, address: str, seconds: float) -> None:
+        """Place nothing on this worker for ``seconds`` (its host could not reach the tuner: a path may come back)."""
+        self.quarantined.add(address)
+        self._retry_at[address] = time.monotonic() + seconds
+
+    @property
+    def next_retry(self) -> float | None:
+        """When the first timed quarantine ends (``time.monotonic()``), or None."""
+        return min(self._retry_at.values()) if self._retry_at else None
+
+    def end_timed_quarantines(self, now: float) -> list[str]:
+        """End the timed quarantines due by ``now``; the addresses placeable again."""
+        due = [a for a, at in self._retry_at.items() if at <= now]
+        for addr in due:
+            del self._retry_at[addr]
+            self.quarantined.discard(addr)
+        return due
 
     def allocate(self, request: Mapping[str, float], n: int, strategy: str = "PACK") -> list[Assignment] | None:
         """Reserve ``n`` slots (all or none); None when they don't fit right now."""

@@ -221,6 +221,9 @@ class DaskTrialExecutor(TrialExecutor):
         self._last_refresh = 0.0
         self._refresh_at: float | None = None
         self._starved_since: float | None = None
+        self._unreachable: dict[str, int] = {}  # worker address -> times its ranks could not reach the tuner
+        # such a worker takes no trial for this long, doubled each time (up to 600 s)
+        self.unreachable_retry_s = env_seconds("TUNEPLAT_UNREACHABLE_RETRY_S", 15)
         self._events: list[Event] = []
         self._wake_events: collections.deque[tuple[str, Any]] = collections.deque()
         self._selector: selectors.BaseSelector | None = None
@@ -588,6 +591,9 @@ class DaskTrialExecutor(TrialExecutor):
             deadlines.append(self._refresh_at)
         if self._starved_since is not None:
             deadlines.append(self._starved_since + self.starve_timeout_s + 0.01)
+        retry = self.ledger.next_retry
+        if retry is not None:
+            deadlines.append(retry + 0.01)
         pending = self._listener.next_deadline() if self._listener is not None else None
         if pending is not None:
             deadlines.append(pending)
@@ -602,6 +608,8 @@ class DaskTrialExecutor(TrialExecutor):
         self._observe(now)
         if self._refresh_at is not None and now >= self._refresh_at:
             self._refresh_ledger()
+        for addr in self.ledger.end_timed_quarantines(now):
+            logger.info("tuneplat: trying worker %s again (its host could not reach the tuner)", addr)
         if self._starved_since is not None and not self.groups and now - self._starved_since > self.starve_timeout_s:
             waited = now - self._starved_since
             self._starved_since = None
@@ -848,6 +856,7 @@ class DaskTrialExecutor(TrialExecutor):
             rank.conn = conn.sock
             rank.channel = conn
             rank.pid, rank.hostname = msg[2], msg[3]
+            self._unreachable.pop(rank.assignment.address, None)  # its host reaches the tuner (again)
             rank.oom_baseline = msg[4] if len(msg) > 4 and isinstance(msg[4], dict) else None
             rank.ever_connected = True
             rank.last_seen = time.monotonic()
@@ -1038,9 +1047,14 @@ class DaskTrialExecutor(TrialExecutor):
                     self._lost_before_start(group, rank)
                     continue
                 if not rank.ever_connected and type(exc).__name__ == "TunerUnreachable":
-                    # its host cannot reach the tuner's port: place nothing more there; try the trial elsewhere
-                    self.ledger.quarantine(rank.assignment.address)
-                    logger.warning("tuneplat: %s; no trial is placed on %s any more", exc, rank.assignment.address)
+                    # its host cannot reach the tuner's port: place nothing there for a while (a path lost for a
+                    # minute comes back; a firewall does not: the wait doubles each time); try the trial elsewhere
+                    addr = rank.assignment.address
+                    times = self._unreachable[addr] = self._unreachable.get(addr, 0) + 1
+                    wait = min(self.unreachable_retry_s * 2 ** (times - 1), 600.0)
+                    self.ledger.quarantine_for(addr, wait)
+                    logger.warning("tuneplat: %s; no trial is placed on %s for %.0fs (then it is tried again)",
+                                   exc, addr, wait)
                     if any(a not in self.ledger.quarantined for a in self.ledger.slots):
                         self._lost_before_start(group, rank)
                         continue
