@@ -156,3 +156,56 @@ def test_gpu_requests_need_virtual_gpus_that_fit(storage):
         VirtualTimeExecutor(gpus=-1)
     with pytest.raises(ValueError, match="'auto'"):
         tune.ScalingConfig(resources_per_worker={"GPU_memory": "lots"})
+
+
+def test_auto_learns_again_from_restored_trials(storage):
+    # the time budget ends the first run while its first trial (alone on the device) has reported twice
+    ex = VirtualTimeExecutor(num_slots=16, gpus=1, gpu_memory="80GiB")
+    space = {"gib": 10}
+    tc = tune.TuneConfig(metric="loss", mode="min", num_samples=4, time_budget_s=2.5)
+    sc = tune.ScalingConfig(resources_per_worker={"GPU_memory": "auto"})
+    first = tune.Tuner(hold, param_space=space, tune_config=tc, scaling_config=sc, executor=ex,
+                       run_config=tune.RunConfig(name="auto", storage_path=storage, verbose=0, mlflow=False)).fit()
+    starts = _events(first, "trial_start")
+    assert [e["gpu_memory_auto"]["bytes"] for e in starts] == ["whole device"]
+    grid = tune.Tuner.restore(first.experiment_path, hold, executor=VirtualTimeExecutor(
+        num_slots=16, gpus=1, gpu_memory="80GiB")).fit()
+    assert all(r.error is None for r in grid), [r.error for r in grid]
+    later = _events(grid, "trial_start")[1:]
+    assert later and {e["gpu_memory_auto"]["bytes"] for e in later} == {int(10 * GiB * MARGIN + HEADROOM)}
+
+
+@pytest.mark.parametrize(("gib", "fails"), [(30, False), (50, True)])
+def test_each_rank_of_a_group_holds_memory_on_its_device(storage, gib, fails):
+    def curve(config):
+        for step in range(1, 3):
+            yield {"loss": 1.0 / step, "gpu_memory_peak_bytes": config["gib"] * GiB}
+
+    ex = VirtualTimeExecutor(num_slots=4, gpus=1, gpu_memory="80GiB")
+    grid = tune.Tuner(curve, param_space={"gib": gib},
+                      scaling_config=tune.ScalingConfig(num_workers=2, resources_per_worker={"GPU": 0.5}),
+                      run_config=tune.RunConfig(name="group", storage_path=storage, verbose=0, mlflow=False,
+                                                failure_config=tune.FailureConfig(max_failures=0)),
+                      executor=ex).fit()
+    (start,) = _events(grid, "trial_start")
+    assert [w.rsplit(":", 1)[1] for w in start["workers"]] == ["gpu0", "gpu0"]  # both halves of one device
+    assert (grid[0].error is not None) is fails
+    if fails:
+        assert str(grid[0].error).startswith("out of memory (OOM): rank 0: OutOfMemoryError: CUDA out of memory")
+
+
+def test_auto_values_parse_and_travel():
+    import pickle
+
+    from tuneplat.core._journal import to_jsonable
+    from tuneplat.execution._gpu_memory import as_gpu_share, is_auto, parse_memory
+
+    auto, start = parse_memory("auto"), parse_memory("auto:10GiB")
+    assert is_auto(auto) and auto.start is None and start.start == 10 * GiB
+    assert pickle.loads(pickle.dumps(start)) == start and repr(start) == "'auto:10GiB'"
+    assert to_jsonable({"GPU_memory": auto, "x": start}) == {"GPU_memory": "auto", "x": "auto:10GiB"}
+    assert as_gpu_share({"CPU": 1, "GPU_memory": auto}, 80 * GiB) == {"CPU": 1, "GPU": 1.0}  # a device until measured
+    assert as_gpu_share({"GPU_memory": start}, 80 * GiB) == {"GPU": 0.125}
+    with pytest.raises(ValueError, match="'auto:' followed by a starting figure"):
+        parse_memory("auto:")
+    assert tune.ScalingConfig(resources_per_worker={"GPU_memory": "auto"}).backend == "nccl"

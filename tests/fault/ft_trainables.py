@@ -83,7 +83,10 @@ def grid_epochs(config):
     import time
 
     start = _load_epoch()
+    gate = os.environ.get("FT_GATE")  # the interrupt test's gate: epoch 2 waits until the file exists
     for epoch in range(start + 1, 4):
+        while epoch == 2 and gate and not os.path.exists(gate):
+            time.sleep(0.01)  # waiting for the test to open the gate (a condition, polled)
         time.sleep(0.05)  # the workload itself (gives the tuner-kill test moments to kill), not a synchronisation
         _report_epoch(epoch, {"a": config["a"], "b": config["b"]})
 

@@ -137,3 +137,54 @@ def test_a_rank_killed_by_the_host_oom_killer_is_an_oom_and_is_retried_smaller(l
     kinds = [e["kind"] for e in events if e["event"] == "trial_failure"]
     assert kinds and set(kinds) == {"oom"}, kinds
     assert [e["change"]["mib"] for e in events if e["event"] == "oom_retry"][0] == [4 * LIMIT_MIB, 2 * LIMIT_MIB]
+
+    # nothing is guessed: a rank SIGKILLed by something else in the same cgroup (which has seen OOM kills before
+    # this rank started) stays a process that died
+    grid = tune.Tuner(F.poison, run_config=tune.RunConfig(name="killed", storage_path=storage, verbose=0,
+                                                          mlflow=False, failure_config=tune.FailureConfig(
+                                                              max_failures=0, oom_halve="mib")),
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"), client=limited_client).fit()
+    error = str(grid[0].error)
+    assert "lost its connection (its process or Dask worker died)" in error and "OOM" not in error, error
+    events = read_journal(os.path.join(grid.experiment_path, "journal.jsonl"))
+    assert [e.get("kind") for e in events if e["event"] == "trial_failure"] == [None]
+
+
+@pytest.mark.timeout(300)
+def test_a_rank_on_another_host_is_checked_by_a_worker_of_that_host(limited_cgroup, storage, monkeypatch):
+    """The rank's worker runs under another hostname (its own UTS namespace): the tuner cannot read that host's
+    files itself, so a live Dask worker of the same host (address) reads the cgroup and the kernel log for it."""
+    import shutil
+    import subprocess
+    import sys
+
+    from cluster_fixtures import local_client
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to give a worker a hostname of its own")
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    # (the worker holding the resource the experiment asks for is gone after the kill: the loop waits this long
+    # for room before it asks the searcher whether more trials come, then ends)
+    monkeypatch.setenv("TUNEPLAT_WORKER_WAIT_S", "2")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, here, os.environ.get("PYTHONPATH", "")])}
+    with local_client(1) as client:  # the peer: a worker of the same host (127.0.0.1), under this hostname
+        cmd = (f"hostname tuneplat-oom-host && echo $$ > {limited_cgroup}/cgroup.procs && exec {sys.executable} -m "
+               f"distributed.cli.dask_worker {client.scheduler.address} --host 127.0.0.1 --nthreads 1 --no-nanny "
+               "--no-dashboard --resources 'CPU=1 oomhost=1'")
+        proc = subprocess.Popen(["unshare", "--uts", "bash", "-c", cmd], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            client.wait_for_workers(2, timeout=60)
+            grid = tune.Tuner(tune.with_resources(F.grab_memory, {"cpu": 1, "oomhost": 1}),
+                              param_space={"mib": 4 * LIMIT_MIB},
+                              run_config=tune.RunConfig(name="remote", storage_path=storage, verbose=0, mlflow=False,
+                                                        failure_config=tune.FailureConfig(max_failures=0)),
+                              client=client).fit()
+        finally:
+            proc.kill()
+            proc.wait()
+    error = str(grid[0].error)
+    assert error.startswith("out of memory (OOM): rank 0 on "), error
+    assert "(host tuneplat-oom-host) was killed by the kernel's OOM killer" in error, error
+    assert f"memory limit {LIMIT_MIB} MiB" in error and "oom_kill 0 -> 1" in error, error

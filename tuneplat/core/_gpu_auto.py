@@ -9,7 +9,8 @@ first of a shape runs on a device of its own (``{"GPU": 1}``), or at the startin
 
 and pack onto devices by it. An out-of-memory failure of a trial sized this way raises the shape's figure to at
 least :data:`OOM_GROWTH` x what that trial had (a whole device at most). Each choice is journaled with the
-trial's start (``trial_start.gpu_memory_auto``: bytes, ``"whole device"`` or the start figure, and why).
+trial's start (``trial_start.gpu_memory_auto``: bytes, ``"whole device"`` or the start figure, and why). After
+``Tuner.restore`` the peaks in the restored trials' results teach their shapes again (an OOM's raise is not kept).
 
 Pure: the loop calls :meth:`GpuMemoryAuto.resolve` before it reserves room for a trial,
 :meth:`~GpuMemoryAuto.observe` with each result, and :meth:`~GpuMemoryAuto.on_oom` on an OOM failure.
@@ -102,12 +103,17 @@ class GpuMemoryAuto:
     def observe(self, trial_id: str, result: Mapping[str, Any]) -> None:
         """A result of trial ``trial_id``: its reported peak teaches its shape."""
         got = self.chosen.get(trial_id)
-        if got is None:
-            return
+        if got is not None:
+            self._learn(got[0], result)
+
+    def learn(self, request: Mapping[str, float], world_size: int, result: Mapping[str, Any]) -> None:
+        """A result of an earlier run of the experiment (``Tuner.restore``) of a trial of this shape."""
+        self._learn(self.key(request, world_size), result)
+
+    def _learn(self, key: str, result: Mapping[str, Any]) -> None:
         values = [result.get("gpu_memory_peak_bytes"), result.get("gpu_memory_process_bytes")]
         figures = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
         if figures:
-            key = got[0]
             self.peak[key] = max(self.peak.get(key, 0.0), max(figures))
 
     def on_oom(self, trial_id: str, device_bytes: float | None) -> str | None:

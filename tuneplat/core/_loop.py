@@ -99,6 +99,7 @@ class TuneLoop:
         #: GPU_memory="auto": the figure chosen per trial from its shape's measured peaks (core/_gpu_auto.py)
         self.gpu_auto = GpuMemoryAuto()
         self._resolved: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> its auto-sized shape
+        self._auto_seeded = False  # restored trials' peaks were read (see _seed_gpu_auto)
         self.raw_trainable = raw_trainable
         self.executor = executor
         self.store = store
@@ -594,10 +595,31 @@ class TuneLoop:
         shape = self._trial_shape(trial)
         if shape is None or not self.gpu_auto.wants(shape[0]):
             return shape
+        if not self._auto_seeded:
+            self._seed_gpu_auto()
         device = self.executor.gpu_memory_bytes()
         resolved = (self.gpu_auto.resolve(trial.trial_id, shape[0], shape[1], device), shape[1])
         self._resolved[trial.trial_id] = resolved
         return resolved
+
+    def _seed_gpu_auto(self) -> None:
+        """``Tuner.restore``: the peaks that the restored trials reported size the trials of their shapes."""
+        self._auto_seeded = True
+        for t in self.trials:
+            if not t.results:
+                continue
+            shape = self._shapes.get(t.trial_id)
+            if shape is None and self.trial_resources is None:
+                shape = (self.request, self.world_size)
+            elif shape is None:
+                try:
+                    sc = self.trial_resources(t.config)  # type: ignore[misc]
+                    shape = (sc.per_worker(), sc.max_workers)
+                except (TypeError, ValueError):
+                    continue  # (its own failure is told when it runs)
+            if self.gpu_auto.wants(shape[0]):
+                for result in t.results:
+                    self.gpu_auto.learn(shape[0], shape[1], result)
 
     def _trial_shape(self, trial: Trial) -> tuple[dict[str, float], int] | None:
         """``(request per rank, ranks)`` of the trial as asked; None when it can never run (it is ended as ERROR)."""
