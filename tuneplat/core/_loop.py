@@ -77,10 +77,11 @@ class TuneError(RuntimeError):
 class TuneLoop:
     """Runs one experiment to the end (see the module docstring).
 
-    Callbacks receive this object as their first argument and read ``trials``,
-    ``by_id``, ``experiment_dir``, ``experiment_name``, ``metric``, ``mode``,
-    ``param_space``, ``tc``, ``rc``, ``scheduler``, ``searcher``, ``journal``,
-    ``resume``, ``request`` and ``world_size``; treat them as read-only.
+    It owns the trials and their transitions and is the journal's one writer; it gives checkpoint commits
+    (:class:`~tuneplat.core._commits.CheckpointCommits`), the scheduler's decisions and actions
+    (:class:`~tuneplat.core._actions.SchedulerActions`), trial shapes (:class:`~tuneplat.core._shapes.TrialShapes`)
+    and the callbacks' hooks (:class:`~tuneplat.core._callbacks.Callbacks`) to objects of their own. Callbacks
+    receive :attr:`view` (a read-only :class:`~tuneplat.core._view.TunerView`), never the loop.
     """
 
     def __init__(self, *, trainable: Any, param_space: Mapping[str, Any], tune_config: TuneConfig,
@@ -92,7 +93,6 @@ class TuneLoop:
                  trial_io: Any = None) -> None:
         self.trainable = trainable
         self.trial_io = trial_io  # each trial's working directory and captured output (execution/_trial_io.py)
-        #: per-trial resources (``with_resources(fn)``, a ScalingConfig with search domains): config -> ScalingConfig
         self.raw_trainable = raw_trainable
         self.executor = executor
         self.store = store

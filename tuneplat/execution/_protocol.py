@@ -51,9 +51,10 @@ class Message:
 
     def to_wire(self) -> tuple[Any, ...]:
         """``(KIND, field, ...)``, without the trailing fields that are at their default."""
-        values = [getattr(self, f.name) for f in dataclasses.fields(self)]
-        defaults = _DEFAULTS[type(self)]
-        while values and len(values) > _REQUIRED[type(self)] and values[-1] == defaults[len(values) - 1]:
+        cls = type(self)
+        values = [getattr(self, name) for name in _NAMES[cls]]
+        defaults, required = _DEFAULTS[cls], _REQUIRED[cls]
+        while len(values) > required and values[-1] == defaults[len(values) - 1]:
             values.pop()
         return (self.KIND, *values)
 
@@ -66,13 +67,14 @@ class Message:
         """
         if not isinstance(msg, tuple) or not msg or msg[0] != cls.KIND:
             raise ProtocolError(f"expected a {cls.KIND!r} message, got {_shown(msg)}")
-        names = [f.name for f in dataclasses.fields(cls)]
+        names = _NAMES[cls]
         args = msg[1:]
         if not _REQUIRED[cls] <= len(args) <= len(names):
             raise ProtocolError(f"a {cls.KIND!r} message has {len(args)} field(s), expected "
                                 f"{_signature(cls)}: {_shown(msg)}")
+        checks = _TYPES[cls]
         for name, value in zip(names, args):
-            types, optional = _TYPES[cls][name]
+            types, optional = checks[name]
             if value is None and optional:
                 continue
             if types and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
@@ -357,12 +359,14 @@ def _types_of(hint: Any) -> tuple[tuple[type, ...], bool]:
     return (hint,), False
 
 
+_NAMES: dict[type[Message], tuple[str, ...]] = {}
 _TYPES: dict[type[Message], dict[str, tuple[tuple[type, ...], bool]]] = {}
 _REQUIRED: dict[type[Message], int] = {}
 _DEFAULTS: dict[type[Message], list[Any]] = {}
 for _cls in {*RANK_MESSAGES.values(), *TUNER_MESSAGES.values()}:
     _hints = typing.get_type_hints(_cls)
     _fields = dataclasses.fields(_cls)
+    _NAMES[_cls] = tuple(f.name for f in _fields)
     _TYPES[_cls] = {f.name: _types_of(_hints[f.name]) for f in _fields}
     _REQUIRED[_cls] = sum(1 for f in _fields if _is_required(f))
     _DEFAULTS[_cls] = [f.default if f.default is not dataclasses.MISSING
