@@ -7,7 +7,9 @@ matmuls each), MLflow off, the embedded Dask cluster (one worker process per cor
 * ``fraction``: ``{"GPU": 0.25}``, four at a time, whatever they need;
 * ``memory``: a probe trial runs first and reports its peak (``gpu_memory_peak_bytes``); the others ask
   ``{"GPU_memory": 1.25 x peak + 512 MiB}`` (allocator slack and the CUDA context), so as many share the device
-  as its memory allows (bounded by the worker processes).
+  as its memory allows (bounded by the worker processes);
+* ``auto``: ``{"GPU_memory": "auto"}``: the tuner does the above itself (the first trial alone on the device,
+  the others sized from its measured peak, ``docs/resources.md``), with no probe run.
 
 Per mode: wall time of ``fit()``, trials per hour, the largest per-trial peak reported, and the device's peak
 memory in use (``nvidia-smi``, sampled every 0.2 s). Runs in well under 3 minutes on an H100. Prints JSON.
@@ -94,7 +96,8 @@ def run(mode: str, resources: dict, trials: int, space: dict, storage: str) -> d
             most = max(most, running)
         elif e.get("event") == "trial_end":
             running -= 1
-    return {"resources": {k: (f"{v / 2**20:.0f}MiB" if k.lower() == "gpu_memory" else v) for k, v in resources.items()},
+    return {"resources": {k: (f"{v / 2**20:.0f}MiB" if k.lower() == "gpu_memory" and not isinstance(v, str) else v)
+                          for k, v in resources.items()},
             "wall_s": round(wall, 2), "trials_per_hour": round(trials / wall * 3600, 1),
             "max_trials_at_once": most, "trial_peak_mib": round(max(peaks, default=0) / 2**20, 1),
             "device_peak_mib": device.peak_mib, "errors": errors[:3]}
@@ -124,6 +127,7 @@ def main() -> None:
         out["modes"]["whole"] = run("whole", {"cpu": 1, "gpu": 1}, args.trials, space, storage)
         out["modes"]["fraction"] = run("fraction", {"cpu": 1, "gpu": 0.25}, args.trials, space, storage)
         out["modes"]["memory"] = run("memory", {"cpu": 1, "gpu_memory": want}, args.trials, space, storage)
+        out["modes"]["auto"] = run("auto", {"cpu": 1, "gpu_memory": "auto"}, args.trials, space, storage)
     whole = out["modes"]["whole"]["wall_s"]
     out["speedup_vs_whole"] = {m: round(whole / r["wall_s"], 2) for m, r in out["modes"].items()}
     print(json.dumps(out, indent=2))

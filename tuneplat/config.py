@@ -114,6 +114,16 @@ NUM_MAP = _f(
 )
 
 
+def _is_memory(value: Any) -> bool:
+    from .execution._gpu_memory import parse_memory
+
+    try:
+        parse_memory(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _one_of(*choices: Any) -> Field:
     return _f(lambda v: v in choices, " or ".join(repr(c) for c in choices))
 
@@ -715,7 +725,11 @@ _SCALING_FIELDS: dict[str, Field | None] = {
                                                                     and not isinstance(v, bool) and v >= 0),
                                             "a number of seconds >= 0, or null"),
     "use_gpu": BOOL,
-    "resources_per_worker": NUM_MAP,
+    "resources_per_worker": _f(
+        lambda v: isinstance(v, dict) and all((_is_num(x) and x >= 0) or (str(k).lower() == "gpu_memory"
+                                                                          and _is_memory(x)) for k, x in v.items()),
+        "a mapping of resource names to numbers >= 0, e.g. {CPU: 1, GPU: 0.5}; GPU_memory may be an amount "
+        "('10GiB') or 'auto'"),
     "placement_strategy": _one_of("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
     "trainer_resources": NUM_MAP,
 }

@@ -187,6 +187,20 @@ def test_mo_asha_and_oom_retry_from_a_sweep_file(tmp_path):
                                                              max_oom_retries=2)
 
 
+def test_gpu_memory_amounts_and_auto_from_a_sweep_file(tmp_path):
+    from tuneplat.execution._gpu_memory import is_auto
+
+    s = sweep_from(tmp_path, "trainable: examples.toy:learning_curve\n"
+                             "scaling: {resources_per_worker: {CPU: 1, GPU_memory: auto}}\n")
+    assert is_auto(s.scaling_config.per_worker()["GPU_memory"])
+    s = sweep_from(tmp_path, "trainable: examples.toy:learning_curve\n"
+                             "scaling: {resources_per_worker: {CPU: 1, GPU_memory: 10GiB}}\n")
+    assert s.scaling_config.per_worker()["GPU_memory"] == 10 * 2**30
+    with pytest.raises(SweepFileError, match="GPU_memory may be an amount"):
+        sweep_from(tmp_path, "trainable: examples.toy:learning_curve\n"
+                             "scaling: {resources_per_worker: {CPU: 1, GPU_memory: lots}}\n")
+
+
 def test_pbt_mutations_and_optuna_pruner(tmp_path):
     s = sweep_from(tmp_path, """
         trainable: examples.toy:pbt_toy

@@ -11,6 +11,8 @@ import trainables as T
 import tuneplat as tune
 from tuneplat import read_journal
 
+_KEPT = ("resource_tracker", "_mlflow import _child_main", "tracking/_writer_proc.py")  # kept for the next fit
+
 
 def _children() -> dict[int, str]:
     out = {}
@@ -43,9 +45,10 @@ def test_an_error_in_the_loop_tears_down_the_embedded_cluster_and_is_recorded_as
     events = read_journal(os.path.join(storage, "boom", "journal.jsonl"))
     assert events[-1]["event"] == "experiment_end" and events[-1]["status"] == "error"
     assert "callback bug" in events[-1]["traceback"]
-    # (Python's resource tracker and the MLflow uploader live as long as the interpreter, by design)
+    # (Python's resource tracker, the MLflow uploader and the writer of progress.csv/TensorBoard files live as long
+    # as the interpreter, by design: they serve the process's next experiment)
     left = {pid: cmd for pid, cmd in _children().items() if pid not in before_children
-            and "resource_tracker" not in cmd and "_mlflow import _child_main" not in cmd}
+            and not any(kept in cmd for kept in _KEPT)}
     assert not left, f"processes outlived fit(): {left}"
     assert _listening() <= before_ports, "listening sockets outlived fit()"
     from mlflow.tracking import MlflowClient
@@ -67,6 +70,44 @@ def test_time_budget_ends_a_trial_that_does_not_report(dask_client, storage, mon
     assert [r.status for r in results] == ["TERMINATED", "TERMINATED"]
     assert all("time budget" in r.stop_reason for r in results)
     assert all(r.metrics["training_iteration"] == 1 for r in results)
+
+
+def test_an_error_mid_sweep_ends_what_the_ranks_started_too(storage, tmp_path):
+    """The operator's report, with the process they saw: ranks that started helper processes (multiprocessing's
+    spawn context, `python -c from multiprocessing.spawn import spawn_main ...`); a callback raises on the 5th
+    result. When fit() has raised, the helpers are gone: a helper orphaned by its worker's exit is re-parented to
+    init, so it is looked up by the pid the rank reported, not among the tuner's children."""
+
+    class BoomOnFifth(tune.Callback):
+        seen = 0
+        pids: set[int] = set()
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            BoomOnFifth.pids.add(int(result["helper_pid"]))
+            BoomOnFifth.seen += 1
+            if BoomOnFifth.seen == 5:
+                raise RuntimeError("callback bug on the 5th result")
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    tuner = tune.Tuner(T.with_spawned_helper, param_space={"x": tune.grid_search([1, 2]), "marker_dir": str(markers)},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                       run_config=tune.RunConfig(name="boom5-helpers", storage_path=storage, verbose=0, mlflow=False,
+                                                 callbacks=[BoomOnFifth()]))
+    with pytest.raises(tune.TuneError, match="5th result"):
+        tuner.fit()
+    assert BoomOnFifth.pids
+    alive = {}
+    for pid in BoomOnFifth.pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive[pid] = " ".join(p.cmdline())[:200]
+        except psutil.NoSuchProcess:
+            pass
+    for pid in alive:  # never leave them behind, whatever the outcome
+        psutil.Process(pid).kill()
+    assert not alive, f"helper processes a rank started outlived fit(): {alive}"
 
 
 def test_an_error_mid_sweep_leaves_no_worker_process_not_even_a_zombie(storage):
@@ -98,6 +139,6 @@ def test_an_error_mid_sweep_leaves_no_worker_process_not_even_a_zombie(storage):
             cmd = "<defunct>"
         except psutil.Error:
             continue
-        if "resource_tracker" not in cmd:
+        if not any(kept in cmd for kept in _KEPT):
             left[p.pid] = cmd[:200]
     assert not left, f"processes outlived fit(): {left}"

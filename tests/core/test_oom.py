@@ -130,3 +130,9 @@ def test_gpu_memory_on_a_cluster_without_gpus_is_refused_at_once(dask_client, st
                       run_config=tune.RunConfig(name="nogpu", storage_path=storage, verbose=0, mlflow=False),
                       client=dask_client).fit()
     assert "no GPU whose memory is known" in str(grid[0].error)
+    grid = tune.Tuner(tune.with_resources(needs_memory, lambda config: {"gpu_memory": "auto"}),
+                      param_space={"micro_batch": 8, "accum": 1},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name="nogpu-auto", storage_path=storage, verbose=0, mlflow=False),
+                      client=dask_client).fit()
+    assert "GPU_memory='auto', but the cluster has no GPU whose memory is known" in str(grid[0].error)

@@ -61,3 +61,23 @@ def one_long_epoch(config):
     tune.report({"loss": 1.0})
     threading.Event().wait(600)  # the workload: the tuner must end it, it never returns by itself
     tune.report({"loss": 0.5})
+
+
+def _helper_main(ready_path):  # a data-prep helper process that outlives nothing on its own: waits to be ended
+    open(ready_path, "w").close()
+    threading.Event().wait()
+
+
+def with_spawned_helper(config):
+    """Starts a non-daemonic helper through multiprocessing's spawn context (as a spawn DataLoader or a data-prep
+    pool does; its command line is `python -c from multiprocessing.spawn import spawn_main ...`), reports its pid,
+    then reports steadily; the helper is never joined."""
+    import multiprocessing
+
+    ready = os.path.join(config["marker_dir"], f"helper-{tune.get_context().get_trial_id()}")
+    helper = multiprocessing.get_context("spawn").Process(target=_helper_main, args=(ready,))
+    helper.start()
+    while not os.path.exists(ready):
+        threading.Event().wait(0.01)  # the helper has started (file written by it)
+    for step in range(config.get("steps", 200)):
+        tune.report({"loss": 1.0 / (step + 1), "helper_pid": helper.pid})

@@ -83,7 +83,10 @@ def grid_epochs(config):
     import time
 
     start = _load_epoch()
+    gate = os.environ.get("FT_GATE")  # the interrupt test's gate: epoch 2 waits until the file exists
     for epoch in range(start + 1, 4):
+        while epoch == 2 and gate and not os.path.exists(gate):
+            time.sleep(0.01)  # waiting for the test to open the gate (a condition, polled)
         time.sleep(0.05)  # the workload itself (gives the tuner-kill test moments to kill), not a synchronisation
         _report_epoch(epoch, {"a": config["a"], "b": config["b"]})
 
@@ -126,3 +129,11 @@ def exits_once(config):
         open(marker, "w").close()
         os._exit(1)
     steady({"epochs": 2})
+
+
+def grab_memory(config):
+    """Holds ``config["mib"]`` MiB of host memory (every page written), then reports: a host OOM where it is limited."""
+    size = config["mib"] * 2**20
+    block = bytearray(size)
+    block[::4096] = b"\x01" * len(range(0, size, 4096))
+    train.report({"loss": 1.0 / config["mib"], "held_mib": len(block) // 2**20})

@@ -21,9 +21,18 @@ from tuneplat.testing import VirtualTimeExecutor
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuner_script.py")
 
 
-def _start(storage, name):
+def _start(storage, name, gate=None):
+    env = {**os.environ, "FT_GATE": gate} if gate else None
     return subprocess.Popen([sys.executable, SCRIPT, storage, name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, env=env)
+
+
+def _results(path):
+    try:
+        with open(os.path.join(path, "journal.jsonl"), "rb") as f:
+            return f.read().count(b'"event": "result"')
+    except FileNotFoundError:
+        return 0
 
 
 def _journal_lines(path):
@@ -113,9 +122,10 @@ def test_sigkill_tuner_at_random_moments_then_restore(tmp_path):
 def test_interrupt_ends_cleanly_and_is_restorable(tmp_path, sig):
     storage, name = str(tmp_path / "res"), "interrupted"
     path = os.path.join(storage, name)
-    proc = _start(storage, name)
+    gate = str(tmp_path / "gate")  # trials wait at epoch 2 until it exists: the sweep cannot end before the signal
+    proc = _start(storage, name, gate)
     ps = psutil.Process(proc.pid)
-    _wait_for(lambda: _journal_lines(path) >= 8, proc)
+    _wait_for(lambda: _results(path) >= 2, proc)  # two trials have reported epoch 1 and wait at the gate
     assert proc.poll() is None
     pids = {proc.pid} | {c.pid for c in ps.children(recursive=True)}
     assert _listening_ports(pids), "the tuner and its cluster listen while running"
@@ -131,7 +141,8 @@ def test_interrupt_ends_cleanly_and_is_restorable(tmp_path, sig):
     assert events[-1]["event"] == "experiment_end" and events[-1]["status"] == "interrupted"
     trials, _ = load_trials(path)
     assert any(not t.status.is_finished() for t in trials) or len(trials) < 27
-    proc = _start(storage, name)
+    open(gate, "w").close()
+    proc = _start(storage, name, gate)
     out, _ = proc.communicate(timeout=600)
     assert "FIT_DONE 27 0" in out, out
 

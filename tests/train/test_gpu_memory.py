@@ -72,3 +72,21 @@ def test_an_oom_without_retry_is_its_own_error_kind(storage):
                       scaling_config=tune.ScalingConfig(use_gpu=True), run_config=_rc(storage, "oom1")).fit()
     assert "out of memory (OOM)" in str(grid[0].error)
     assert [e.get("error_kind") for e in _events(grid) if e["event"] == "trial_end"] == ["oom"]
+
+
+def test_auto_gpu_memory_measures_the_first_trial_then_packs_the_rest(storage):
+    grid = tune.Tuner(gm.hold_memory, param_space={"mib": 512, "steps": 20},
+                      tune_config=tune.TuneConfig(num_samples=5),
+                      scaling_config=tune.ScalingConfig(resources_per_worker={"CPU": 1, "GPU_memory": "auto"}),
+                      run_config=_rc(storage, "auto")).fit()
+    assert all(r.error is None for r in grid), [r.error for r in grid]
+    events = _events(grid)
+    starts = [e for e in events if e["event"] == "trial_start"]
+    assert starts[0]["gpu_memory_auto"]["bytes"] == "whole device"  # the first runs alone to measure its peak
+    floor = 512 * 2**20 * 1.25 + 512 * 2**20
+    sizes = [e["gpu_memory_auto"]["bytes"] for e in starts[1:]]
+    assert all(isinstance(b, int) and b >= floor for b in sizes), sizes
+    order = [(e["event"], e["trial_id"]) for e in events if e["event"] in ("trial_start", "trial_end")]
+    after_first = order[order.index(("trial_end", starts[0]["trial_id"])) + 1:]
+    assert [k for k, _ in after_first[:4]] == ["trial_start"] * 4, order  # the other four share the device at once
+    assert {r.metrics["device"] for r in grid} == {"cuda:0"}

@@ -113,6 +113,8 @@ class TrialStart(TrialEvent):
     workers: Any = None
     checkpoint: str | None = None
     resources: dict[str, Any] | None = _when_set()
+    #: GPU_memory="auto": what this attempt asks per rank ({"bytes": n | "whole device", "why": ...})
+    gpu_memory_auto: dict[str, Any] | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,9 +9,11 @@ import os
 import time
 from typing import Any
 
+import cloudpickle
+
 from ._events import Event, schema_problem
 
-__all__ = ["Journal", "JournalError", "read_journal", "to_jsonable"]
+__all__ = ["Journal", "JournalError", "pickle_hex", "read_journal", "to_jsonable"]
 
 
 class JournalError(RuntimeError):
@@ -21,6 +23,8 @@ class JournalError(RuntimeError):
 def to_jsonable(value: Any) -> Any:
     """JSON-safe copy: numpy/torch scalars → numbers, non-finite floats → strings, others → repr."""
     if isinstance(value, float):
+        if type(value).__name__ == "AutoGpuMemory":  # GPU_memory="auto" / "auto:10GiB" (execution/_gpu_memory.py)
+            return repr(value).strip("'")
         return value if math.isfinite(value) else str(value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -35,6 +39,16 @@ def to_jsonable(value: Any) -> Any:
         except (ValueError, RuntimeError, TypeError):
             pass
     return repr(value)
+
+
+def pickle_hex(obj: Any) -> str | None:
+    """A pickled copy of a config that JSON cannot hold exactly (the journal's JSON copy serves the rest)."""
+    if to_jsonable(obj) == obj:
+        return None
+    try:
+        return cloudpickle.dumps(obj).hex()
+    except Exception:  # noqa: BLE001 - only needed to restore exotic configs
+        return None
 
 
 def _loads_float(text: str) -> Any:

@@ -28,23 +28,9 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
-
-from schedulers import (
-    ActionPlan,
-    Decision,
-    FIFOScheduler,
-    Launch,
-    Resume,
-    Stop,
-    TrialPhase,
-    TrialScheduler,
-    plan_action,
-)
+from schedulers import Decision, FIFOScheduler, TrialScheduler
 
 from .._config import RunConfig, ScalingConfig, TuneConfig
 from .._settings import env_seconds
@@ -65,14 +51,18 @@ from ..execution._executor import (
     TrialSpec,
 )
 from ..search._searcher import BasicVariantGenerator, Searcher
-from ..storage._checkpoint import Checkpoint
-from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name, retain
+from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name
 from ..tracking._progress import ProgressReporter
 from . import _events as ev
-from ._journal import Journal, to_jsonable
+from ._actions import SchedulerActions
+from ._callbacks import Callbacks
+from ._commits import COMMIT_POLL_S, CheckpointCommits, TrialFiles
+from ._journal import Journal, pickle_hex, to_jsonable
 from ._oom import OOM, failure_kind, shrink_config
+from ._search import restore_algorithms, set_objective
+from ._shapes import ShapeRefused, TrialShapes
 from ._stop import MetricCheck, StopRules
-from ._trial import Trial, TrialStatus
+from ._trial import RunState, Trial, TrialStatus
 from ._view import TunerView
 
 logger = logging.getLogger("tuneplat")
@@ -82,18 +72,6 @@ __all__ = ["TuneError", "TuneLoop"]
 
 class TuneError(RuntimeError):
     """The experiment could not go on (an error in the tuner, fail_fast='raise', a misspelt metric)."""
-
-
-@dataclass
-class _Running:
-    """The loop's view of a trial whose group is live."""
-
-    attempt: int
-    started: bool = False
-    decision: Decision | None = None  # STOP/PAUSE answered; the group is leaving
-    stop_requested: Decision | None = None  # answer the next report with this
-    abort_at: float | None = None  # not reported by then (after a stop request): abort its group
-    resumed_from_clone: bool = False  # started from a PBT clone: its iterations continue the source's
 
 
 class TuneLoop:
@@ -115,17 +93,10 @@ class TuneLoop:
         self.trainable = trainable
         self.trial_io = trial_io  # each trial's working directory and captured output (execution/_trial_io.py)
         #: per-trial resources (``with_resources(fn)``, a ScalingConfig with search domains): config -> ScalingConfig
-        self.trial_resources = trial_resources
-        self._shapes: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> (request per rank, ranks)
-        self._shapes_checked: set[str] = set()
         self.raw_trainable = raw_trainable
         self.executor = executor
         self.store = store
         self.storage_fs = store.filesystem
-        # remote stores: commits and deletions run on I/O threads; a trial's later events wait behind its commit
-        self._io_pool: ThreadPoolExecutor | None = None
-        self._commits: dict[str, tuple[Future[str | None], Reported]] = {}
-        self._held: dict[str, list[Event]] = {}
         self.syncer = syncer
         self.param_space = dict(param_space or {})
         self.tc = tune_config
@@ -139,6 +110,8 @@ class TuneLoop:
         self.mode: Any = tune_config.mode
         self.request = scaling_config.per_worker()
         self.world_size = scaling_config.max_workers
+        #: each trial's (resources per rank, ranks): its own (per-trial resources), GPU_memory="auto" sized
+        self.shapes = TrialShapes(self.request, self.world_size, trial_resources, executor)
         #: an elastic group's fewest ranks (ScalingConfig(num_workers=(min, max))); None for fixed-size groups
         self.min_world_size = scaling_config.min_workers if scaling_config.elastic else None
         self._resize_reasons: dict[str, tuple[int | None, str]] = {}  # trial id -> (old size, why) until it restarts
@@ -149,8 +122,10 @@ class TuneLoop:
         self.trials: list[Trial] = list(trials or [])
         self.by_id: dict[str, Trial] = {t.trial_id: t for t in self.trials}
         self.view = TunerView(self)  # what callbacks see (read-only)
+        #: every hook on every callback, with the view; what hooks hand back is recorded by the loop
+        self.hooks = Callbacks(self.callbacks, self.view, self._record)
         self.queue: collections.deque[Trial] = collections.deque()
-        self.running: dict[str, _Running] = {}
+        self.running: dict[str, RunState] = {}
         self.searcher_done = False
         self.searcher_blocked = False
         self.search_finished_told = False
@@ -161,10 +136,15 @@ class TuneLoop:
         self.error: BaseException | None = None
         self.status = "finished"
         self._exp_tag = os.urandom(3).hex()[:5]
-        self._deferred_actions: dict[str, list[Resume | Launch | Stop]] = {}  # wait for the group to end
-        self._ready_actions: list[Resume | Launch | Stop] = []
-        self._result_files: dict[str, Any] = {}
         self.stop_rules = StopRules(run_config.stop)
+        #: checkpoint commits, retention (remote stores: on I/O threads) and each trial's result.json
+        self.commits = CheckpointCommits(store, run_config.checkpoint_config, self._write, self.hooks.checkpoint)
+        self.trial_files = TrialFiles()
+        #: the scheduler's decisions on results and its queued actions (stop, resume, PBT's exploit)
+        self.actions = SchedulerActions(
+            scheduler=self.scheduler, stop_rules=self.stop_rules, trials=self.by_id, running=self.running,
+            queue=self.queue, store=store, record=self._write, end_trial=self._end_trial,
+            check_stop_all=self._check_stop_all, on_exploit=self.hooks.trial_exploit)
         self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
         self._deadline: float | None = None  # set once the cluster is up: the budget is for trials
         self._budget_note = False
@@ -180,62 +160,20 @@ class TuneLoop:
 
     # ------------------------------------------------------------------ setup
     def _setup_search(self) -> None:
-        metric, mode = self.metric, self.mode
-        multi = getattr(self.scheduler, "supports_multi_objective", None)
-        if isinstance(metric, list) and callable(multi) and multi() and not isinstance(
-                getattr(self.scheduler, "metric", None), str):
-            # MO-ASHA / multi-objective HyperBand: the scheduler decides on every objective of the TuneConfig
-            self.scheduler.set_objective(metric, mode)
-            metric = mode = None
-        elif (isinstance(metric, list) and self.scheduler.requires_objective()
-                and getattr(self.scheduler, "metric", None) is None):
-            raise ValueError(
-                f"TuneConfig(metric={metric!r}, mode={mode!r}) is multi-objective, but "
-                f"{type(self.scheduler).__name__} decides on one metric: pass it one, e.g. "
-                f"{type(self.scheduler).__name__}(metric={metric[0]!r}, mode={mode[0]!r}, ...), "
-                "or leave TuneConfig.scheduler unset (FIFO) for a multi-objective search.")
-        self.scheduler.set_objective(metric if not isinstance(metric, list) else None,
-                                     mode if not isinstance(mode, list) else None)
-        if self.metric is None and getattr(self.scheduler, "metric", None):
-            self.metric, self.mode = self.scheduler.metric, self.scheduler.mode
-        ok = self.searcher.set_search_properties(
-            self.metric, self.mode, self.param_space, num_samples=self.tc.num_samples, seed=self.tc.seed,
-            experiment_dir=self.experiment_dir, resume=self.resume,
-        )
-        if ok is False:
-            raise ValueError(f"{type(self.searcher).__name__} was set up with its own search space; "
-                             "don't pass param_space to the Tuner as well.")
-        if self.metric is None and getattr(self.searcher, "metric", None):
-            self.metric, self.mode = self.searcher.metric, self.searcher.mode
+        self.metric, self.mode = set_objective(
+            self.scheduler, self.searcher, self.metric, self.mode, self.param_space, num_samples=self.tc.num_samples,
+            seed=self.tc.seed, experiment_dir=self.experiment_dir, resume=self.resume)
         self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
         self.reporter = ProgressReporter(self.metric, self.mode, self.rc.verbose, self.rc.progress_interval_s)
         self.reporter.attach(self)
-        if self.trials:
-            self._replay()
-
-    def _replay(self) -> None:
-        """Restore: rebuild searcher and scheduler state from the trials in the journal."""
-        self._exp_tag = self.trials[0].trial_id.rsplit("_", 1)[0]
-        self.suggested = len(self.trials)
-        self.searcher.restore_trials([
-            {"trial_id": t.trial_id, "config": t.config, "status": t.status.value, "result": t.last_result or None}
-            for t in self.trials
-        ])
-        assert self.journal is not None
-        for t in self.trials:
-            if t.recovered_result:  # its result line was lost with the last tuner: journal it now
-                t.recovered_result = False
-                self.journal.append(ev.Result(trial_id=t.trial_id, result=to_jsonable(t.results[-1])))
-            self.scheduler.on_trial_add(t.trial_id, t.config)
-            for r in t.results:
-                self.scheduler.on_trial_result(t.trial_id, r)
-            if t.status == TrialStatus.TERMINATED:
-                self.scheduler.on_trial_complete(t.trial_id, t.last_result or None)
-            elif t.status == TrialStatus.ERROR:
-                self.scheduler.on_trial_error(t.trial_id)
-            else:
-                self.queue.append(t)
-        self.scheduler.pop_actions()  # decisions of the past were already carried out
+        if self.trials:  # a restore: rebuild searcher and scheduler state from the trials in the journal
+            self._exp_tag = self.trials[0].trial_id.rsplit("_", 1)[0]
+            self.suggested = len(self.trials)
+            for t in self.trials:
+                if t.recovered_result:  # its result line was lost with the last tuner: journal it now
+                    t.recovered_result = False
+                    self._write(ev.Result(trial_id=t.trial_id, result=to_jsonable(t.results[-1])))
+            self.queue.extend(restore_algorithms(self.trials, self.searcher, self.scheduler))
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
@@ -256,14 +194,13 @@ class TuneLoop:
             if self.executor.dashboard_link:
                 self.reporter.say(f"tuneplat: Dask dashboard at {self.executor.dashboard_link}")
             self.reporter.say(f"tuneplat: experiment folder {self.experiment_dir}")
-            self.journal.append(ev.Experiment(
+            self._write(ev.Experiment(
                 name=self.experiment_name, metric=self.metric, mode=self.mode, num_samples=self.tc.num_samples,
                 scheduler=to_jsonable(self.scheduler.describe()), searcher=type(self.searcher).__name__,
                 resume=self.resume,
-                scaling={"num_workers": self.world_size, "resources_per_worker": self.request,
+                scaling={"num_workers": self.world_size, "resources_per_worker": to_jsonable(self.request),
                          **({"min_workers": self.min_world_size} if self.min_world_size is not None else {})}))
-            for cb in self.callbacks:
-                self._record(cb.on_experiment_start(self.view))
+            self.hooks.experiment_start()
             if threading.current_thread() is threading.main_thread():
                 old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
             self._looping = True
@@ -327,27 +264,20 @@ class TuneLoop:
     def _close(self) -> None:
         self._guarded(self._end_unfinished)
         status = self.status
-        lag = self._mirror_lag_s()
+        lag = self.hooks.backlog_s()
         if lag >= 1.0:
             self.reporter.say(f"tuneplat: trials ended after {self.reporter.elapsed_text()}; writing what is left "
                               f"to MLflow (~{lag:.0f}s)")
         tb = "".join(traceback.format_exception(self.error)) if self.error is not None else None
-        for cb in self.callbacks:
-            try:
-                self._record(cb.on_experiment_end(self.view, status))
-            except Exception:  # noqa: BLE001 - a callback must not lose the results
-                logger.exception("tuneplat: callback %r failed at experiment end", cb)
+        self.hooks.experiment_end(status)
         journal = self.journal
         if journal is not None:
             end = ev.ExperimentEnd(status=status, error=f"{type(self.error).__name__}: {self.error}" if tb else None,
                                    traceback=tb or None)
             self._guarded(journal.append, end)
-        if self._io_pool is not None:
-            self._guarded(self._io_pool.shutdown, True)  # deletions (and commits of an ended loop) finish
+        self._guarded(self.commits.close)  # deletions (and commits of an ended loop) finish
         self._guarded(self.reporter.finish, self.trials, status)
-        for f in self._result_files.values():
-            self._guarded(f.close)
-        self._result_files.clear()
+        self.trial_files.close_all(self._guarded)
         if journal is not None:
             self._guarded(journal.close)
         self._guarded(self.searcher.close)
@@ -365,7 +295,7 @@ class TuneLoop:
 
     def _loop(self) -> None:
         while True:
-            self._drain_actions()
+            self.actions.drain()
             if not self.stopping:
                 self._launch_what_fits()
             self._sync_files()
@@ -374,19 +304,18 @@ class TuneLoop:
                 break
             for event in self.executor.poll(self._next_timeout()):
                 self._on_event(event)
-            if self._commits:
+            if self.commits.in_flight:
                 self._finish_commits()
             self._check_deadlines()
 
     def _on_event(self, event: Event) -> None:
-        held = self._held.get(getattr(event, "trial_id", ""))
-        if held is not None:  # its trial's checkpoint is being committed: in order, after it
-            held.append(event)
+        if self.commits.hold(event):  # its trial's checkpoint is being committed: in order, after it
             return
         if isinstance(event, Reported):
+            self.shapes.gpu_auto.observe(event.trial_id, event.result)  # (a trial sized by GPU_memory="auto" teaches)
             self._on_step(event)
-        elif isinstance(event, Saved):
-            self._on_saved(event)
+        elif isinstance(event, Saved):  # a checkpoint asked for by answer(save=True)
+            self.commits.saved(self.by_id[event.trial_id], event.iteration)
         elif isinstance(event, Ended):
             self._on_ended(event)
         elif isinstance(event, Started):
@@ -394,12 +323,10 @@ class TuneLoop:
             if run is not None:
                 run.started = True
         elif isinstance(event, RankFailed):
-            assert self.journal is not None
-            self.journal.append(ev.RankFailure(trial_id=event.trial_id, attempt=event.attempt,
+            self._write(ev.RankFailure(trial_id=event.trial_id, attempt=event.attempt,
                                                message=event.message))
         elif isinstance(event, Preempted):
-            assert self.journal is not None
-            self.journal.append(ev.PreemptNotice(trial_id=event.trial_id, host=event.host, message=event.message))
+            self._write(ev.PreemptNotice(trial_id=event.trial_id, host=event.host, message=event.message))
             self.reporter.event(f"trial {event.trial_id}: host {event.host} is leaving ({event.message}); "
                                 "checkpointing, then resizing")
         elif isinstance(event, Starved):
@@ -414,35 +341,20 @@ class TuneLoop:
         trial = self.by_id.get(event.trial_id)
         if trial is None:
             return
-        for cb in self.callbacks:
-            hook = getattr(cb, "on_system_metrics", None)
-            if hook is not None:
-                try:
-                    hook(self.view, trial, event.system, event.timestamp)
-                except Exception:  # noqa: BLE001 - observability must never end an experiment
-                    logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
+        self.hooks.system_metrics(trial, event.system, event.timestamp)
         last = self._stats_journaled.get(event.trial_id, 0.0)
         if event.timestamp - last >= self._stats_journal_s:
             self._stats_journaled[event.trial_id] = event.timestamp
-            assert self.journal is not None
-            self.journal.append(ev.SystemMetrics(trial_id=event.trial_id, timestamp=event.timestamp,
+            self._write(ev.SystemMetrics(trial_id=event.trial_id, timestamp=event.timestamp,
                                                  ranks={str(k): v for k, v in event.system.items()}))
 
     def _on_stacks(self, event: StacksCaptured) -> None:
         """Stacks of a trial's ranks were captured (a hang, or ``tuneplat stacks``): journal them, tell MLflow."""
-        assert self.journal is not None
-        self.journal.append(ev.Stacks(trial_id=event.trial_id, path=event.path, summary=event.summary,
+        self._write(ev.Stacks(trial_id=event.trial_id, path=event.path, summary=event.summary,
                                       reason=event.reason))
         trial = self.by_id.get(event.trial_id)
-        if trial is None:
-            return
-        for cb in self.callbacks:
-            hook = getattr(cb, "on_stacks", None)
-            if hook is not None:
-                try:
-                    hook(self.view, trial, event.path, event.summary, event.reason)
-                except Exception:  # noqa: BLE001
-                    logger.debug("tuneplat: on_stacks failed", exc_info=True)
+        if trial is not None:
+            self.hooks.stacks(trial, event.path, event.summary, event.reason)
 
     def _finished(self) -> bool:
         if self.running or (self.queue and not self.stopping):
@@ -452,7 +364,7 @@ class TuneLoop:
         if not self.search_finished_told:
             self.search_finished_told = True
             self.scheduler.on_search_finished()
-            self._drain_actions()
+            self.actions.drain()
             if self.queue:
                 return False
         paused = [t for t in self.trials if t.status == TrialStatus.PAUSED and not self.interrupted]
@@ -476,8 +388,8 @@ class TuneLoop:
         if self.stop_rules.has_stop_all and not self.stopping:
             deadlines.append(now + 1.0)  # e.g. a TimeoutStopper: ask it even while no trial reports
         deadlines.extend(r.abort_at for r in self.running.values() if r.abort_at is not None)
-        if self._commits:
-            deadlines.append(now + _COMMIT_POLL_S)
+        if self.commits.in_flight:
+            deadlines.append(now + COMMIT_POLL_S)
         if not deadlines:
             return 5.0
         return max(0.0, min(deadlines) - now)
@@ -486,8 +398,7 @@ class TuneLoop:
         now = self.executor.now()
         if self._deadline is not None and now >= self._deadline and not self.stopping:
             self.reporter.say(f"tuneplat: time budget of {self.tc.time_budget_s}s reached; stopping trials.")
-            assert self.journal is not None
-            self.journal.append(ev.TimeBudgetReached())
+            self._write(ev.TimeBudgetReached())
             self._stop_everything("time budget reached")
         self._check_stop_all()
         for tid, run in list(self.running.items()):
@@ -518,16 +429,14 @@ class TuneLoop:
             return False
         name = self.stop_rules.name()
         self.reporter.say(f"tuneplat: {name}.stop_all() is true; stopping every trial.")
-        assert self.journal is not None
-        self.journal.append(ev.StopAll(stopper=name))
+        self._write(ev.StopAll(stopper=name))
         self._stop_everything(f"{name}.stop_all()")
         return True
 
     def _starve(self, message: str) -> None:
         """No worker can take a trial and nothing runs that could free one: end, saying why."""
         self.reporter.say(f"tuneplat: {message}; ending the experiment (restorable)")
-        assert self.journal is not None
-        self.journal.append(ev.Starved(message=message))
+        self._write(ev.Starved(message=message))
         self.stopping = True
         self.interrupted = True  # what did not run stays restorable
         self.fail_fast_error = message
@@ -542,8 +451,7 @@ class TuneLoop:
         journal = self.journal
         assert journal is not None
         if journal.sync_due():
-            for f in self._result_files.values():
-                f.flush()
+            self.trial_files.flush()
             journal.sync()
         if self.syncer is not None:
             self.syncer.maybe_sync()
@@ -562,16 +470,13 @@ class TuneLoop:
             path = os.path.join(self.experiment_dir, dirname)
             trial.path = path if not os.path.exists(path) else f"{path}_{trial_id}"
         os.makedirs(trial.path, exist_ok=True)
-        with open(os.path.join(trial.path, "params.json"), "w", encoding="utf-8") as f:
-            json.dump(to_jsonable(config), f, indent=2, sort_keys=True)
+        self.trial_files.write_params(trial, config)
         self.trials.append(trial)
         self.by_id[trial_id] = trial
-        assert self.journal is not None
-        self.journal.append(ev.TrialAdd(trial_id=trial_id, config=to_jsonable(config), path=trial.path,
-                                        name=trial.name, config_pickle=_pickle_hex(config)))
+        self._write(ev.TrialAdd(trial_id=trial_id, config=to_jsonable(config), path=trial.path,
+                                        name=trial.name, config_pickle=pickle_hex(config)))
         self.scheduler.on_trial_add(trial_id, config)
-        for cb in self.callbacks:
-            self._record(cb.on_trial_add(self.view, trial))
+        self.hooks.trial_add(trial)
         return trial
 
     def _suggest(self) -> Trial | None:
@@ -591,23 +496,11 @@ class TuneLoop:
         self.suggested += 1
         return self._new_trial(config)
 
-    def _mirror_lag_s(self) -> float:
-        """How long the end of the experiment will wait for mirrors (the MLflow uploader's backlog)."""
-        lags = [0.0]
-        for cb in self.callbacks:
-            backlog = getattr(cb, "backlog_s", None)
-            if callable(backlog):
-                try:
-                    lags.append(float(backlog()))
-                except Exception:  # noqa: BLE001 - an estimate; never worth ending the experiment
-                    logger.debug("tuneplat: backlog estimate failed", exc_info=True)
-        return max(lags)
-
     def _budget_spent(self) -> bool:
         """Starting another trial would carry the end past the time budget: the mirror's backlog fills the rest."""
         if self._deadline is None:
             return False
-        lag = self._mirror_lag_s()
+        lag = self.hooks.backlog_s()
         spent = self.executor.now() + lag >= self._deadline
         if spent and not self._budget_note:
             self._budget_note = True
@@ -641,6 +534,11 @@ class TuneLoop:
                 self.queue.popleft()
                 self._start(trial, reservation)
                 continue
+            if self.shapes.gpu_auto.wants(self.request):  # GPU_memory="auto": its room depends on the trial's figure
+                new = self._suggest()
+                if new is not None:
+                    self.queue.appendleft(new)  # it waits, first in line, for room of its figure
+                continue
             reservation = self.executor.reserve()  # the experiment's shape: no suggestion without room
             if reservation is None:
                 self._set_waiting(self._could_start())
@@ -659,25 +557,14 @@ class TuneLoop:
             self._start(new, reservation)
 
     def _shape(self, trial: Trial) -> tuple[dict[str, float], int] | None:
-        """``(request per rank, ranks)`` of the trial; None when it can never run (it is ended as ERROR)."""
-        if self.trial_resources is None:
-            return self.request, self.world_size
-        shape = self._shapes.get(trial.trial_id)
-        if shape is None:
-            try:
-                sc = self.trial_resources(trial.config)
-                shape = (sc.per_worker(), sc.max_workers)  # (per-trial groups have a fixed size)
-                key = repr((sorted(shape[0].items()), shape[1]))
-                if key not in self._shapes_checked:
-                    self.executor.check_fits(*shape)
-                    self._shapes_checked.add(key)
-            except (TypeError, ValueError) as exc:  # a bad resources function/value, or a shape that never fits
-                trial.error = f"{type(exc).__name__}: {exc}"
-                self.reporter.say(f"tuneplat: trial {trial.trial_id} cannot run: {trial.error}")
-                self._end_trial(trial, TrialStatus.ERROR)
-                return None
-            self._shapes[trial.trial_id] = shape
-        return shape
+        """``(request per rank, ranks)`` of the trial, ``GPU_memory="auto"`` sized now; None: it can never run."""
+        try:
+            return self.shapes.of(trial, self.trials)
+        except ShapeRefused as exc:  # a bad resources function/value, or a shape that never fits
+            trial.error = str(exc)
+            self.reporter.say(f"tuneplat: trial {trial.trial_id} cannot run: {trial.error}")
+            self._end_trial(trial, TrialStatus.ERROR)
+            return None
 
     def _could_start(self) -> int:
         """How many trials could start now if there were room: queued ones, then new suggestions (elastic only)."""
@@ -700,7 +587,6 @@ class TuneLoop:
 
     def _start(self, trial: Trial, reservation: Any) -> None:
         """Start an attempt of ``trial`` on the executor's ``reservation``."""
-        assert self.journal is not None
         trial.attempts += 1
         attempt = trial.attempts - 1
         self.store.clean_staging(trial.path)  # what a crashed attempt left half-staged must not leak into this one
@@ -724,21 +610,20 @@ class TuneLoop:
                          config=trial.config, start_iteration=start_iteration, time_offset=time_offset,
                          checkpoint_path=checkpoint.path if checkpoint else None,
                          remote_trial_dir=self.store.trial_url(trial.path),
-                         request=self._shapes.get(trial.trial_id, (None, None))[0],
-                         world_size=self._shapes.get(trial.trial_id, (None, None))[1])
-        self.running[trial.trial_id] = _Running(attempt, resumed_from_clone=cloned)
+                         request=self.shapes.started(trial)[0], world_size=self.shapes.started(trial)[1])
+        self.running[trial.trial_id] = RunState(attempt, resumed_from_clone=cloned)
         trial.status = TrialStatus.RUNNING
         trial.pending_decision = None
         where = self.executor.start(spec, reservation)
-        self.journal.append(ev.TrialStart(
+        self._write(ev.TrialStart(
             trial_id=trial.trial_id, attempt=attempt, start_iteration=start_iteration, workers=where,
             checkpoint=checkpoint.path if checkpoint else None,
             # its own resources (with_resources(fn), a ScalingConfig with domains)
             resources=None if spec.request is None else {"num_workers": spec.world_size,
-                                                          "resources_per_worker": dict(spec.request)}))
+                                                          "resources_per_worker": dict(spec.request)},
+            gpu_memory_auto=self.shapes.gpu_auto.note(trial.trial_id) if self.shapes.auto_sized(trial.trial_id) else None))
         self._record_world_size(trial, len(where), start_iteration)
-        for cb in self.callbacks:
-            self._record(cb.on_trial_start(self.view, trial))
+        self.hooks.trial_start(trial)
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
 
     def _record_world_size(self, trial: Trial, size: int, start_iteration: int) -> None:
@@ -755,34 +640,22 @@ class TuneLoop:
             return
         trial.world_sizes.append((start_iteration, size))
         message = f"resized from {old} to {size} ranks" + (f": {why}" if why else "")
-        assert self.journal is not None
-        self.journal.append(ev.Resize(trial_id=trial.trial_id, from_world_size=old, to_world_size=size,
+        self._write(ev.Resize(trial_id=trial.trial_id, from_world_size=old, to_world_size=size,
                                       iteration=start_iteration, reason=why, message=message))
         self.reporter.event(f"trial {trial.trial_id} {message}")
-        for cb in self.callbacks:
-            hook = getattr(cb, "on_trial_resize", None)
-            if hook is not None:
-                hook(self.view, trial, old, size, why)
+        self.hooks.trial_resize(trial, old, size, why)
 
     def _supersede(self, trial: Trial, after: int) -> None:
-        assert self.journal is not None
         moved = trial.supersede_after(after)
-        self.journal.append(ev.Superseded(trial_id=trial.trial_id, after_iteration=after, count=moved))
-        for cb in self.callbacks:
-            cb.on_trial_superseded(self.view, trial, after)
+        self._write(ev.Superseded(trial_id=trial.trial_id, after_iteration=after, count=moved))
+        self.hooks.trial_superseded(trial, after)
 
     # ------------------------------------------------------------------ results and decisions
     def _on_step(self, event: Reported) -> None:
-        assert self.journal is not None
         trial = self.by_id[event.trial_id]
-        if event.staged and self.store.slow:
-            if self._io_pool is None:
-                self._io_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tuneplat-io")
-            self._commits[trial.trial_id] = (
-                self._io_pool.submit(self.store.commit, trial.path, checkpoint_name(event.iteration)), event)
-            self._held[trial.trial_id] = []
+        if self.commits.submit(trial, event):  # a remote commit: recorded when done (_finish_commits)
             return
-        path = self.store.commit(trial.path, checkpoint_name(event.iteration)) if event.staged else None
+        path = self.commits.commit(trial, event.iteration) if event.staged else None
         if event.staged and path is None:  # the ranks staged it where they run; the tuner does not see it there
             self._checkpoint_unseen(trial, event)
             return
@@ -801,19 +674,11 @@ class TuneLoop:
 
     def _finish_commits(self) -> None:
         """Record the steps whose remote commit is done, then the events their trials sent meanwhile."""
-        for tid, (future, event) in list(self._commits.items()):
-            if not future.done():
-                continue
-            del self._commits[tid]
-            later = self._held.pop(tid)
-            try:
-                path = future.result()
-            except Exception as exc:  # noqa: BLE001 - the trial fails (and is retried); the loop goes on
-                message = f"committing checkpoint {checkpoint_name(event.iteration)} failed: {type(exc).__name__}: {exc}"
-                assert self.journal is not None
-                self.journal.append(ev.TrialWarning(trial_id=tid, message=message))
+        for event, path, failure, later in self.commits.finished():
+            if failure is not None:  # the trial fails (and is retried); the loop goes on
+                self._write(ev.TrialWarning(trial_id=event.trial_id, message=failure))
                 self._record_step(event, None)
-                self.executor.fail(tid, message)
+                self.executor.fail(event.trial_id, failure)
             else:
                 self._record_step(event, path)
             for e in later:
@@ -826,12 +691,12 @@ class TuneLoop:
         result, iteration = event.result, event.iteration
         if event.staged:
             if path is not None:
-                self._record_checkpoint(trial, iteration, result, path)
+                self.commits.record(trial, iteration, result, path)
         if run.resumed_from_clone:
             run.resumed_from_clone = False  # (its iterations may go back: they continue the source's)
         elif trial.results and trial.results[-1].get("training_iteration", 0) >= iteration:
             moved = trial.supersede_after(iteration - 1)
-            self.journal.append(ev.Superseded(trial_id=trial.trial_id, after_iteration=iteration - 1, count=moved))
+            self._write(ev.Superseded(trial_id=trial.trial_id, after_iteration=iteration - 1, count=moved))
         trial.results.append(result)
         trial.time_total_s = float(result.get("time_total_s", 0.0))
         try:
@@ -839,7 +704,7 @@ class TuneLoop:
         except (TypeError, ValueError):
             line = json.dumps(to_jsonable(result))
         self.journal.append_line(f'{{"event": "result", "trial_id": "{trial.trial_id}", "result": {line}}}')
-        self._write_result(trial, line)
+        self.trial_files.write_result(trial, line)
         problem, misspelt = self.checks.problem(trial.trial_id, result)
         if problem:
             self.executor.fail(trial.trial_id, problem)
@@ -850,18 +715,17 @@ class TuneLoop:
         for m, v in self.checks.non_finite(result):
             logger.warning("tuneplat: trial %s reported non-finite %s=%r at iteration %s; schedulers count it "
                            "as the worst value", trial.trial_id, m, v, result.get("training_iteration"))
-            self.journal.append(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
+            self._write(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
         self.searcher.on_trial_result(trial.trial_id, result)
-        for cb in self.callbacks:
-            self._record(cb.on_trial_result(self.view, trial, result))
-        decision, reason = self._decide(trial, run, result)
+        self.hooks.trial_result(trial, result)
+        decision, reason = self.actions.decide(trial, run, result)
         if decision is not Decision.CONTINUE:
             run.decision = decision
             run.abort_at = None
             trial.pending_decision = decision.value
             if decision is Decision.STOP:
                 trial.stop_reason = trial.stop_reason or reason
-            self.journal.append(ev.Decision(
+            self._write(ev.Decision(
                 trial_id=trial.trial_id, iteration=iteration, decision=decision.value, reason=reason,
                 # cut short by the scheduler (not its max_t, not a stop rule)?
                 pruned=trial.stopped_by_scheduler if decision is Decision.STOP else None))
@@ -869,90 +733,13 @@ class TuneLoop:
         save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
         self.executor.answer(trial.trial_id, decision, save=save)
 
-    def _record_checkpoint(self, trial: Trial, iteration: int, result: dict[str, Any], path: str) -> None:
-        assert self.journal is not None
-        ckpt = Checkpoint(path, self.storage_fs)
-        if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
-            trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
-        trial.checkpoints.append((ckpt, result))
-        self.journal.append(ev.CheckpointSaved(trial_id=trial.trial_id, iteration=iteration, path=path,
-                                               metrics=to_jsonable(result)))
-        for cb in self.callbacks:
-            cb.on_checkpoint(self.view, trial, ckpt, result)
-        self._apply_retention(trial)
-
-    def _on_saved(self, event: Saved) -> None:
-        """A checkpoint asked for by ``answer(save=True)`` (a result marked ``should_checkpoint``) was staged."""
-        trial = self.by_id[event.trial_id]
-        result = next((r for r in reversed(trial.results) if r.get("training_iteration") == event.iteration),
-                      trial.last_result)
-        path = self.store.commit(trial.path, checkpoint_name(event.iteration))  # (rare: inline on every store)
-        if path is not None:
-            self._record_checkpoint(trial, event.iteration, result, path)
-
-    def _decide(self, trial: Trial, run: _Running, result: Mapping[str, Any]) -> tuple[Decision, str]:
-        if run.stop_requested is not None:
-            return run.stop_requested, trial.stop_reason or "stop requested"
-        reason = self.stop_rules.reason_to_stop(trial.trial_id, result)
-        if reason is not None:
-            if reason == "stop criteria met":
-                self._check_stop_all()
-            return Decision.STOP, reason
-        if self._check_stop_all():
-            return Decision.STOP, trial.stop_reason or "stop_all()"
-        decision = self.scheduler.on_trial_result(trial.trial_id, result)
-        if decision is Decision.STOP:
-            trial.stopped_by_scheduler = not self._reached_scheduler_budget(result)
-            why = getattr(self.scheduler, "stop_reason", lambda _t: None)(trial.trial_id)
-            return decision, why or f"stopped by {self.scheduler.name}"
-        if decision is Decision.PAUSE:
-            return decision, f"paused by {self.scheduler.name}"
-        return decision, ""
-
-    def _reached_scheduler_budget(self, result: Mapping[str, Any]) -> bool:
-        """Whether ``result`` reached the scheduler's ``max_t`` (a STOP there ends a trial, it does not prune it)."""
-        max_t = getattr(self.scheduler, "max_t", None)
-        attr = getattr(self.scheduler, "time_attr", None)
-        value = result.get(attr) if isinstance(attr, str) else None
-        return (isinstance(max_t, (int, float)) and isinstance(value, (int, float))
-                and not isinstance(value, bool) and value >= max_t)
-
-    def _apply_retention(self, trial: Trial) -> None:
-        cc = self.rc.checkpoint_config
-        assert cc is not None and self.journal is not None
-        for pair in retain(trial.checkpoints, cc.num_to_keep, cc.checkpoint_score_attribute, cc.checkpoint_score_order):
-            trial.checkpoints.remove(pair)
-            if self.store.slow:
-                if self._io_pool is None:
-                    self._io_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tuneplat-io")
-                self._io_pool.submit(self._delete_checkpoint, pair[0].path)
-            else:
-                self._delete_checkpoint(pair[0].path)
-            self.journal.append(ev.CheckpointDeleted(trial_id=trial.trial_id, path=pair[0].path))
-
-    def _delete_checkpoint(self, path: str) -> None:
-        try:
-            self.store.delete(path)
-        except Exception as exc:  # noqa: BLE001 - a leftover folder costs space, not correctness
-            logger.warning("tuneplat: could not delete checkpoint %s: %s", path, exc)
-
-    def _write_result(self, trial: Trial, line: str) -> None:
-        f = self._result_files.get(trial.trial_id)
-        if f is None:
-            f = self._result_files[trial.trial_id] = open(os.path.join(trial.path, "result.json"), "a",  # noqa: SIM115
-                                                          encoding="utf-8")
-        f.write(line + "\n")
-
     # ------------------------------------------------------------------ trial end
     def _on_ended(self, event: Ended) -> None:
-        assert self.journal is not None
         run = self.running.pop(event.trial_id, None)
         trial = self.by_id[event.trial_id]
         decision = run.decision if run is not None else None
         self.searcher_blocked = False
-        f = self._result_files.pop(trial.trial_id, None)
-        if f is not None:
-            f.close()
+        self.trial_files.close(trial.trial_id)
         if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
             self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
         if event.outcome is Outcome.RESIZED and event.preempted:
@@ -962,12 +749,11 @@ class TuneLoop:
                 trial.error = (f"preempted {trial.num_preemptions} times, more than "
                                f"FailureConfig(max_preemption_failures={budget}): {event.message}")
                 self._end_trial(trial, TrialStatus.ERROR)
-                self._ready_actions.extend(self._deferred_actions.pop(trial.trial_id, []))
-                self._drain_actions()
+                self.actions.trial_ended(trial.trial_id)
                 return
         if event.outcome is Outcome.RESIZED and not self.stopping and decision is None:
             trial.status = TrialStatus.PENDING  # it starts again at once, from the checkpoint just committed
-            self.journal.append(ev.TrialRequeued(trial_id=trial.trial_id, reason=f"elastic resize: {event.message}"))
+            self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=f"elastic resize: {event.message}"))
             self.queue.appendleft(trial)
         elif event.outcome is Outcome.RESIZED and not self.interrupted and decision is None:
             self._end_trial(trial, TrialStatus.TERMINATED)  # (the experiment is stopping)
@@ -976,7 +762,7 @@ class TuneLoop:
         elif event.outcome is Outcome.NOT_STARTED and not self.stopping:
             trial.attempts -= 1
             trial.status = TrialStatus.PENDING
-            self.journal.append(ev.TrialRequeued(
+            self._write(ev.TrialRequeued(
                 trial_id=trial.trial_id, reason=event.message or "a worker was lost before the trial started"))
             self.queue.appendleft(trial)
         elif event.outcome is Outcome.FAILED and (not self.interrupted or trial.no_retry) and decision is None:
@@ -985,37 +771,38 @@ class TuneLoop:
             trial.status = TrialStatus.PENDING
         elif decision is Decision.PAUSE:
             trial.status = TrialStatus.PAUSED
-            self.journal.append(ev.TrialPaused(trial_id=trial.trial_id, iteration=trial.iteration))
+            self._write(ev.TrialPaused(trial_id=trial.trial_id, iteration=trial.iteration))
         elif self.interrupted and decision is None:
             trial.status = TrialStatus.PENDING  # restorable
         else:
             self._end_trial(trial, TrialStatus.TERMINATED)
-        self._ready_actions.extend(self._deferred_actions.pop(trial.trial_id, []))
-        self._drain_actions()
+        self.actions.trial_ended(trial.trial_id)
 
-    def _on_failure(self, trial: Trial, run: _Running | None, message: str, tb: str | None) -> None:
-        assert self.journal is not None
+    def _on_failure(self, trial: Trial, run: RunState | None, message: str, tb: str | None) -> None:
         trial.num_failures += 1
         fc = self.rc.failure_config
         assert fc is not None
         max_failures = fc.max_failures
         kind = failure_kind(message, tb)
         trial.error_kind = kind
+        if kind == OOM and self.shapes.auto_sized(trial.trial_id):  # GPU_memory="auto": successors ask for more
+            line = self.shapes.gpu_auto.on_oom(trial.trial_id, self.executor.gpu_memory_bytes())
+            if line:
+                self.reporter.event(line)
         shrunk = self._oom_shrink(trial, message) if kind == OOM else None
         if shrunk is not None:
             trial.num_failures -= 1  # an OOM retry has its own budget (FailureConfig.max_oom_retries)
         retry = shrunk is not None or (not self.stopping and not trial.no_retry
                                        and (max_failures == -1 or trial.num_failures <= max_failures))
-        self.journal.append(ev.TrialFailure(
+        self._write(ev.TrialFailure(
             trial_id=trial.trial_id, attempt=run.attempt if run is not None else trial.attempts - 1,
             message=message, traceback=tb, retry=retry, failure_kind=kind, oom_retry=True if shrunk is not None else None))
         if shrunk is not None:
             old, change = shrunk
-            self.journal.append(ev.OomRetry(trial_id=trial.trial_id, retry=trial.oom_retries, change=to_jsonable(change),
+            self._write(ev.OomRetry(trial_id=trial.trial_id, retry=trial.oom_retries, change=to_jsonable(change),
                                             old_config=to_jsonable(old), new_config=to_jsonable(trial.config),
-                                            config_pickle=_pickle_hex(trial.config)))
-        for cb in self.callbacks:
-            cb.on_trial_failure(self.view, trial, message, retry)
+                                            config_pickle=pickle_hex(trial.config)))
+        self.hooks.trial_failure(trial, message, retry)
         if shrunk is not None:
             changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in shrunk[1].items())
             self.reporter.event(f"trial {trial.trial_id} ran out of memory; retrying with {changes} "
@@ -1062,6 +849,11 @@ class TuneLoop:
         for tid in list(self.running):
             self.executor.abort(tid, "the experiment is ending: another trial failed")
 
+    def _write(self, event: ev.Event | dict[str, Any]) -> None:
+        """Append ``event`` to the journal: the one writer (the loop's helpers record through it)."""
+        assert self.journal is not None
+        self.journal.append(event)
+
     def _record(self, handed_back: Any) -> None:
         """What a callback's hook returned: the MLflow runs made for the experiment and its trials.
 
@@ -1077,18 +869,17 @@ class TuneLoop:
             elif not isinstance(event, ev.MlflowParentRun):
                 continue
             if self.journal is not None:
-                self.journal.append(event)
+                self._write(event)
 
     def _end_trial(self, trial: Trial, status: TrialStatus) -> None:
-        assert self.journal is not None
         trial.status = status
-        self.journal.append(ev.TrialEnd(
+        self._write(ev.TrialEnd(
             trial_id=trial.trial_id, status=status.value, error=trial.error, traceback=trial.error_traceback,
             stop_reason=trial.stop_reason, iteration=trial.iteration,
             error_kind=trial.error_kind if status is TrialStatus.ERROR else None,
             resumable=True if trial.resumable else None))
         if status is TrialStatus.ERROR:
-            error_file = self._write_error_file(trial)
+            error_file = self.trial_files.write_error(trial)
             self.scheduler.on_trial_error(trial.trial_id)
             info = {"oom": True} if trial.error_kind == OOM and _takes_info(self.searcher) else {}
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True, **info)
@@ -1099,19 +890,7 @@ class TuneLoop:
             self.scheduler.on_trial_complete(trial.trial_id, trial.last_result or None)
             info = {"pruned": True} if trial.stopped_by_scheduler else {}
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False, **info)
-        for cb in self.callbacks:
-            self._record(cb.on_trial_complete(self.view, trial))
-
-    def _write_error_file(self, trial: Trial) -> str | None:
-        """The trial's error and traceback in ``error.txt`` in its folder (as Ray); its path, or None."""
-        path = os.path.join(trial.path, "error.txt")
-        try:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write((trial.error_traceback or trial.error or "error").rstrip() + "\n")
-        except OSError:
-            logger.debug("tuneplat: could not write %s", path, exc_info=True)
-            return None
-        return path
+        self.hooks.trial_complete(trial)
 
     def _teardown_all(self, reason: str) -> None:
         """End every running group (Ctrl-C, SIGTERM, an error in the loop) and wait for them."""
@@ -1126,100 +905,6 @@ class TuneLoop:
             self.running.pop(tid)
             self.by_id[tid].status = TrialStatus.PENDING
 
-    # ------------------------------------------------------------------ scheduler actions
-    def _phase(self, trial: Trial) -> TrialPhase:
-        run = self.running.get(trial.trial_id)
-        if run is not None:
-            return TrialPhase.PAUSING if run.decision is Decision.PAUSE else TrialPhase.RUNNING
-        if trial.status is TrialStatus.PAUSED:
-            return TrialPhase.PAUSED
-        if trial.status in (TrialStatus.PENDING, TrialStatus.RUNNING):
-            return TrialPhase.PENDING
-        return TrialPhase.FINISHED
-
-    def _drain_actions(self) -> None:
-        """Carry out the scheduler's queued actions (``schedulers.plan_action`` says what each one means)."""
-        actions = self.scheduler.pop_actions()
-        if self._ready_actions:
-            actions, self._ready_actions = self._ready_actions + actions, []
-        for action in actions:
-            trial = self.by_id.get(action.trial_id)
-            if trial is None:
-                logger.warning("tuneplat: scheduler asked for unknown trial %s", action.trial_id)
-                continue
-            phase = self._phase(trial)
-            plan = plan_action(action, phase)
-            if plan is ActionPlan.DEFER or plan is ActionPlan.CLONE_THEN_DEFER_REQUEUE:
-                # PAUSE was answered but the group is still leaving its workers (PBT queues Launch in the same
-                # call as PAUSE; HyperBand may queue Resume/Stop before the paused group ended). Its checkpoint of
-                # the paused iteration is committed already, so a Launch clones the source's checkpoint now (the
-                # one the scheduler judged); the requeue waits until the trial is PAUSED.
-                if plan is ActionPlan.CLONE_THEN_DEFER_REQUEUE and isinstance(action, Launch):
-                    self._exploit(trial, action)
-                    action = Resume(trial.trial_id)
-                self._deferred_actions.setdefault(trial.trial_id, []).append(action)
-            elif plan is ActionPlan.END:
-                if trial in self.queue:
-                    self.queue.remove(trial)
-                trial.stop_reason = getattr(action, "reason", "") or f"stopped by {self.scheduler.name}"
-                trial.stopped_by_scheduler = True
-                self._end_trial(trial, TrialStatus.TERMINATED)
-            elif plan is ActionPlan.STOP_AT_NEXT_REPORT:
-                self.running[trial.trial_id].stop_requested = Decision.STOP
-            elif plan is ActionPlan.REQUEUE:
-                trial.status = TrialStatus.PENDING
-                assert self.journal is not None
-                self.journal.append(ev.TrialResume(trial_id=trial.trial_id))
-                self.queue.appendleft(trial)
-            elif plan is ActionPlan.CLONE_AND_REQUEUE and isinstance(action, Launch):
-                self._exploit(trial, action)
-                trial.status = TrialStatus.PENDING
-                self.queue.appendleft(trial)
-            elif isinstance(action, Launch):
-                logger.warning("tuneplat: scheduler asked to relaunch trial %s which is %s", trial.trial_id,
-                               trial.status)
-
-    def _exploit(self, trial: Trial, action: Launch) -> None:
-        """PBT's exploit: ``trial`` takes ``action.config`` and a copy of the source's latest checkpoint.
-
-        The copy becomes ``trial``'s latest checkpoint, and the trial goes on from
-        the source checkpoint's ``training_iteration`` (as in Ray: the scheduler
-        took over the source's clock, and the results agree with it). The event
-        is recorded in the journal and ``trial.lineage``.
-        """
-        assert self.journal is not None
-        old = trial.config
-        trial.config = dict(action.config)
-        from_iteration = None
-        if action.from_trial and action.from_trial != trial.trial_id:
-            src = self.by_id.get(action.from_trial)
-            if src is not None and src.checkpoint is not None:
-                # copy, so the source may delete its own checkpoints meanwhile
-                from_iteration = src.checkpoint_iteration()
-                path = self.store.copy(src.checkpoint.path, trial.path, checkpoint_name(from_iteration))
-                assert path is not None
-                metrics = dict(src.checkpoints[-1][1])
-                clone = Checkpoint(path, self.storage_fs)
-                trial.checkpoints = [p for p in trial.checkpoints if p[0] != clone]
-                trial.checkpoints.append((clone, metrics))
-                trial.restart_iteration = from_iteration
-                self.journal.append(ev.CheckpointSaved(
-                    trial_id=trial.trial_id, iteration=from_iteration, path=path, metrics=to_jsonable(metrics),
-                    cloned_from=src.trial_id, cloned_iteration=from_iteration))
-            else:
-                logger.warning("tuneplat: trial %s exploits trial %s, which has no checkpoint; it restarts with the "
-                               "new config from its own latest checkpoint (report checkpoints for PBT to clone)",
-                               trial.trial_id, action.from_trial)
-        event = ev.Exploit(trial_id=trial.trial_id, from_trial=action.from_trial, iteration=trial.iteration,
-                           from_iteration=from_iteration, old_config=to_jsonable(old),
-                           new_config=to_jsonable(trial.config), config_pickle=_pickle_hex(trial.config),
-                           info=to_jsonable(dict(action.info))).to_json()
-        trial.lineage.append({k: v for k, v in event.items() if k not in ("event", "config_pickle")})
-        self.journal.append(event)
-        for cb in self.callbacks:
-            cb.on_trial_exploit(self.view, trial, event)
-
-
 def _takes_info(searcher: Any) -> bool:
     """Whether the searcher's ``on_trial_complete`` takes extra keyword information (``**info``)."""
     import inspect
@@ -1229,19 +914,6 @@ def _takes_info(searcher: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-_COMMIT_POLL_S = 0.005  # how often the loop looks at remote commits in flight
-
-
-def _pickle_hex(obj: Any) -> str | None:
-    """A pickled copy of a config that JSON cannot hold exactly (the journal's JSON copy serves the rest)."""
-    if to_jsonable(obj) == obj:
-        return None
-    try:
-        return cloudpickle.dumps(obj).hex()
-    except Exception:  # noqa: BLE001 - only needed to restore exotic configs
-        return None
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

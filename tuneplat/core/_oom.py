@@ -23,6 +23,7 @@ _MARKERS = (
     "HIP out of memory",
     "MPS backend out of memory",
     "MemoryError",  # the host ran out (Python's own MemoryError)
+    "killed by the kernel's OOM killer",  # a rank the host's OOM killer ended (execution/_host_oom.py's evidence)
 )
 
 
@@ -31,6 +32,8 @@ def failure_kind(message: str | None, traceback: str | None = None) -> str | Non
 
     Example:
         >>> failure_kind("rank 0: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+        'oom'
+        >>> failure_kind("rank 1 on tcp://10.0.0.2:4000 (host b) was killed by the kernel's OOM killer (...)")
         'oom'
         >>> failure_kind("rank 0: ValueError: bad lr") is None
         True

@@ -16,7 +16,8 @@ from ..storage._storage import fs_for_url, is_remote, remote_is_committed
 from ._journal import JournalError, read_journal
 from ._trial import Trial, TrialStatus
 
-__all__ = ["ExperimentState", "TunerStateError", "load_state", "load_trials", "load_tuner_state", "prepare_resume", "replay", "restore_problem", "save_tuner_state",
+__all__ = ["DecisionMade", "ExperimentState", "ExploitMade", "FailureSeen", "Moment", "ResultsSuperseded", "Span",
+           "TrialEnded", "TrialHistory", "TunerStateError", "load_state", "load_trials", "load_tuner_state", "prepare_resume", "replay", "restore_problem", "save_tuner_state",
            "tuner_state_problem"]
 
 logger = logging.getLogger("tuneplat")
@@ -173,6 +174,91 @@ def _config(event: dict[str, Any], key: str = "config", trusted: bool = False) -
     return dict(event.get(key) or {})
 
 
+@dataclass(frozen=True, kw_only=True)
+class Moment:
+    """Something that happened to a trial, and where it was then on its learning curve.
+
+    Attributes:
+        seq: the position of its line in the journal (orders moments of different kinds).
+        time: the event's wall-clock time (seconds since the epoch), if recorded.
+        iteration: the trial's ``training_iteration`` then (the event's own where it names one).
+        results: how many results the trial had then (its last one is ``results[results - 1]``).
+    """
+
+    seq: int
+    time: float | None
+    iteration: int
+    results: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionMade(Moment):
+    """A ``STOP`` or ``PAUSE`` answered to a result (``pruned``: cut short by the scheduler; None in old journals)."""
+
+    decision: str
+    reason: str = ""
+    pruned: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureSeen(Moment):
+    """An attempt failed (``retry``: the trial was put back in the queue)."""
+
+    message: str
+    retry: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExploitMade(Moment):
+    """PBT's exploit: the trial took ``from_trial``'s checkpoint (of ``from_iteration``) and ``new_config``."""
+
+    from_trial: str | None
+    from_iteration: int | None
+    old_config: dict[str, Any]
+    new_config: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialEnded(Moment):
+    """The trial reached a final state (``paused_iteration``: it ended while paused there, e.g. HyperBand's drop)."""
+
+    status: str
+    stop_reason: str | None = None
+    paused_iteration: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultsSuperseded(Moment):
+    """Results after ``iteration`` were superseded (a retry from an earlier checkpoint); ``results`` were kept."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """When an attempt of a trial ran: ``end`` None while it still runs; ``how`` it ended (``"failed"``,
+    ``"paused"``, ``"terminated"``, ``"error"``, ``"interrupted"``, ``"running"``)."""
+
+    start: float
+    end: float | None
+    how: str
+
+
+@dataclass
+class TrialHistory:
+    """What happened to one trial, in journal order (what plots mark on its curve and simulations compare).
+
+    Moments that concerned results later superseded are kept: compare their ``seq`` and ``results`` with
+    :attr:`superseded` to leave them out.
+    """
+
+    first_config: dict[str, Any]
+    spans: list[Span] = field(default_factory=list)
+    decisions: list[DecisionMade] = field(default_factory=list)
+    failures: list[FailureSeen] = field(default_factory=list)
+    exploits: list[ExploitMade] = field(default_factory=list)
+    ends: list[TrialEnded] = field(default_factory=list)
+    superseded: list[ResultsSuperseded] = field(default_factory=list)
+
+
 @dataclass
 class ExperimentState:
     """An experiment as its journal tells it (:func:`replay`).
@@ -183,12 +269,21 @@ class ExperimentState:
             elastic trials' ``resizes``.
         status: how the last run of the loop ended (``experiment_end``): None while it runs, or after a crash.
         mlflow_parent_run_id: the experiment's MLflow parent run, if MLflow mirrored it.
+        scheduler: the scheduler's name as the experiment recorded it (``"asha"``...), if known.
+        start_time, end_time: wall-clock times of the first ``experiment`` and the last ``experiment_end`` event.
+        peak_running: the most trials that ran at once.
+        history: each trial's decisions, failures, exploits, ends and attempt spans, by trial id.
     """
 
     trials: list[Trial]
     meta: dict[str, Any] = field(default_factory=dict)
     status: str | None = None
     mlflow_parent_run_id: str | None = None
+    scheduler: str | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    peak_running: int = 1
+    history: dict[str, TrialHistory] = field(default_factory=dict)
 
 
 def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs: Any = None,
@@ -206,14 +301,33 @@ def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs:
     trials: dict[str, Trial] = {}
     meta: dict[str, Any] = {}
     state = ExperimentState(trials=[], meta=meta)
-    for ev in events:
+    history = state.history
+    running: dict[str, float | None] = {}  # trial id -> start time of its attempt that runs
+    paused_at: dict[str, int] = {}  # trial id -> the iteration where it sits paused
+
+    def close_span(tid: str, when: float | None, how: str) -> None:
+        if tid in running:
+            start = running.pop(tid)
+            if start is not None:
+                history[tid].spans.append(Span(start, when if when is not None else start, how))
+
+    for seq, ev in enumerate(events):
         kind = ev.get("event")
         tid = str(ev.get("trial_id") or "")
         t = trials.get(tid) if tid else None
+        when = ev.get("time")
+        when = float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
         if kind == "experiment":
             meta = {k: ev.get(k) for k in ("name", "metric", "mode", "num_samples", "scaling")}
+            sched = ev.get("scheduler")
+            state.scheduler = str(sched["scheduler"]) if isinstance(sched, dict) and sched.get("scheduler") else None
+            if state.start_time is None:
+                state.start_time = when
         elif kind == "experiment_end":
             state.status = ev.get("status")
+            state.end_time = when
+            for running_id in list(running):
+                close_span(running_id, when, "interrupted")
         elif kind == "mlflow_parent_run":
             state.mlflow_parent_run_id = ev.get("run_id")
         elif kind == "trial_add":
@@ -221,6 +335,7 @@ def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs:
             if not os.path.isdir(path):  # the folder moved: trial folders sit beside the journal
                 path = os.path.join(experiment_dir, os.path.basename(path))
             trials[tid] = Trial(trial_id=tid, config=_config(ev, trusted=trusted), path=path, name=str(ev.get("name") or tid))
+            history[tid] = TrialHistory(first_config=dict(ev.get("config") or {}))
         elif t is None:
             continue
         elif kind == "trial_start":
@@ -229,6 +344,12 @@ def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs:
             t.world_size = len(ev.get("workers") or ()) or t.world_size
             if not t.world_sizes and t.world_size:
                 t.world_sizes.append((int(ev.get("start_iteration") or 0), t.world_size))
+            if when is not None:
+                running[tid] = when
+            else:
+                running.setdefault(tid, None)
+            state.peak_running = max(state.peak_running, len(running))
+            paused_at.pop(tid, None)
         elif kind == "resize":  # an elastic group started again at another size: what `tuneplat status` shows
             t.world_sizes.append((int(ev.get("iteration") or 0), int(ev.get("to_world_size") or 0)))
             meta.setdefault("resizes", {}).setdefault(tid, []).append(
@@ -237,6 +358,8 @@ def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs:
             t.results.append(ev["result"])
         elif kind == "superseded":
             t.supersede_after(int(ev["after_iteration"]))
+            history[tid].superseded.append(ResultsSuperseded(
+                seq=seq, time=when, iteration=int(ev["after_iteration"]), results=len(t.results)))
         elif kind == "checkpoint":
             path = ev["path"]
             if is_remote(path):
@@ -252,15 +375,32 @@ def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs:
             t.checkpoints = [p for p in t.checkpoints if os.path.basename(p[0].path) != os.path.basename(ev["path"])]
         elif kind == "decision":
             t.stop_reason = ev.get("reason") or t.stop_reason
+            pruned = ev.get("pruned")
+            history[tid].decisions.append(DecisionMade(
+                seq=seq, time=when, iteration=int(ev.get("iteration") or _iteration(t)), results=len(t.results),
+                decision=str(ev.get("decision")), reason=str(ev.get("reason") or ""),
+                pruned=pruned if isinstance(pruned, bool) else None))
         elif kind == "trial_paused":
             t.status = TrialStatus.PAUSED
+            paused_at[tid] = int(ev.get("iteration") or _iteration(t))
+            close_span(tid, when, "paused")
         elif kind == "trial_failure":
             t.num_failures += 1
+            close_span(tid, when, "failed")
+            history[tid].failures.append(FailureSeen(
+                seq=seq, time=when, iteration=_iteration(t), results=len(t.results),
+                message=str(ev.get("message") or ""), retry=bool(ev.get("retry"))))
+        elif kind == "trial_requeued":
+            running.pop(tid, None)
         elif kind == "oom_retry":  # FailureConfig(oom_halve=...): the trial runs on with a smaller config
             t.config = _config(ev, "new_config", trusted)
             t.oom_retries += 1
             t.num_failures -= 1  # (its trial_failure line counted it; OOM retries have their own budget)
         elif kind == "exploit":
+            history[tid].exploits.append(ExploitMade(
+                seq=seq, time=when, iteration=int(ev.get("iteration") or _iteration(t)), results=len(t.results),
+                from_trial=ev.get("from_trial"), from_iteration=ev.get("from_iteration"),
+                old_config=dict(ev.get("old_config") or {}), new_config=dict(ev.get("new_config") or {})))
             t.config = _config(ev, "new_config", trusted)
             t.lineage.append({k: v for k, v in ev.items() if k not in ("event", "config_pickle")})
         elif kind == "mlflow_run":
@@ -272,6 +412,13 @@ def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs:
             t.error_kind = ev.get("error_kind")
             t.stop_reason = ev.get("stop_reason")
             t.resumable = bool(ev.get("resumable"))
+            history[tid].ends.append(TrialEnded(
+                seq=seq, time=when, iteration=_iteration(t), results=len(t.results), status=t.status.value,
+                stop_reason=t.stop_reason, paused_iteration=paused_at.pop(tid, None)))
+            close_span(tid, when, t.status.value.lower())
+    for running_id, start in running.items():  # still running (a live experiment, or the tuner died)
+        if start is not None:
+            history[running_id].spans.append(Span(start, None, "running"))
     for t in trials.values():
         if check_files:
             _drop_missing_checkpoints(t)
@@ -282,10 +429,16 @@ def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs:
 
 
 
-def load_state(experiment_dir: str, storage_fs: Any = None, trusted: bool = False) -> ExperimentState:
+def _iteration(t: Trial) -> int:
+    """The trial's ``training_iteration`` as of its last result (0 before any)."""
+    return int(t.results[-1].get("training_iteration", 0) or 0) if t.results else 0
+
+
+def load_state(experiment_dir: str, storage_fs: Any = None, trusted: bool = False, *,
+               check_files: bool = True) -> ExperimentState:
     """:func:`replay` of the experiment's ``journal.jsonl``."""
     events = read_journal(os.path.join(experiment_dir, "journal.jsonl"))
-    return replay(events, experiment_dir, storage_fs=storage_fs, trusted=trusted)
+    return replay(events, experiment_dir, storage_fs=storage_fs, trusted=trusted, check_files=check_files)
 
 
 def load_trials(experiment_dir: str, storage_fs: Any = None, trusted: bool = False

@@ -6,9 +6,11 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from schedulers import Decision
+
 from ..storage._checkpoint import Checkpoint
 
-__all__ = ["Trial", "TrialStatus"]
+__all__ = ["RunState", "Trial", "TrialStatus"]
 
 
 class TrialStatus(str, enum.Enum):
@@ -142,3 +144,15 @@ class Trial:
         self.results = keep
         self.superseded.extend(moved)
         return len(moved)
+
+
+@dataclass
+class RunState:
+    """The loop's view of a trial whose group is live (an attempt between ``start`` and ``Ended``)."""
+
+    attempt: int
+    started: bool = False
+    decision: Decision | None = None  # STOP/PAUSE answered; the group is leaving
+    stop_requested: Decision | None = None  # answer the next report with this
+    abort_at: float | None = None  # not reported by then (after a stop request): abort its group
+    resumed_from_clone: bool = False  # started from a PBT clone: its iterations continue the source's

@@ -36,6 +36,7 @@ from schedulers import Decision
 from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ..train._telemetry import system_metrics_period
+from . import _protocol as proto
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
 from ._cluster import HEAVY_IMPORTS, Assignment, Cluster, Ledger, trainable_imports
 from ._errors import PlacementError
@@ -56,11 +57,11 @@ from ._executor import (
     TrialSpec,
 )
 from ._gpu_memory import GPU_MEMORY, as_gpu_share, device_memory_bytes
+from ._host_oom import oom_evidence
 from ._observe import WorkerBoard, rank_row
 from ._runner import run_rank
 from ._stacks import RankRef
 from ._stacks import capture as capture_stacks
-from ._wire import send_msg
 
 __all__ = ["DaskTrialExecutor"]
 
@@ -90,6 +91,7 @@ class _Rank:
     request: Mapping[str, float] | None = None  # what the rank was placed with (None: the experiment's request)
     stats: dict[str, Any] | None = None  # what its last heartbeat said (train/_telemetry.py)
     system_seen: float = 0.0  # the sample time of the last system metrics passed to the loop
+    oom_baseline: dict[str, Any] | None = None  # its memory cgroup's OOM-kill count when it started (_host_oom.py)
 
 
 @dataclass
@@ -101,7 +103,7 @@ class _Group:
     started: float = field(default_factory=time.monotonic)
     reports: dict[int, dict[int, tuple[Any, bool]]] = field(default_factory=dict)
     saves: dict[int, set[int]] = field(default_factory=dict)  # iteration -> ranks that staged its late checkpoint
-    rendezvous: tuple[Any, ...] | None = None
+    rendezvous: proto.Rendezvous | None = None  # rank 0's store, for ranks that connect later
     failure: tuple[str, str | None] | None = None
     aborted: bool = False
     abort_reason: str | None = None
@@ -381,6 +383,11 @@ class DaskTrialExecutor(TrialExecutor):
         self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy,
                                      self.cluster.pending_slots())
 
+    def gpu_memory_bytes(self) -> float | None:
+        if self._device_bytes is None:
+            self._device_bytes = device_memory_bytes() or 0.0
+        return self._device_bytes or None
+
     def _gpu_share(self, request: Mapping[str, float]) -> dict[str, float]:
         """``GPU_memory`` (bytes) as the share of one of the cluster's devices (see ``_gpu_memory.py``)."""
         if GPU_MEMORY not in request:
@@ -473,7 +480,7 @@ class DaskTrialExecutor(TrialExecutor):
         group.waiting_answer = None
         if group.failure or group.aborted:
             for r in group.ranks:
-                self._send(r, ("abort", group.abort_reason or "the trial's group is being torn down"))
+                self._send(r, proto.Abort(group.abort_reason or "the trial's group is being torn down"))
             return
         staged, group.answer_staged = group.answer_staged, False
         if group.elastic and decision is Decision.CONTINUE:
@@ -481,14 +488,11 @@ class DaskTrialExecutor(TrialExecutor):
             if why is not None:  # its checkpoint of this step is committed: start again from it at another size
                 self._resize(group, why)
                 return
-        reply: tuple[Any, ...] = ("decision", decision)  # the Decision itself: typed on both ends
+        reply = proto.Answer(decision, save=save)
         if group.preempted is not None:
             # "checkpoint now": class trainables save at once (save=True); function trainables see
             # should_checkpoint() / get_preemption_info() and pass a checkpoint to their next report
-            reply = ("decision", decision, True, {"ranks": list(group.preempted_ranks),
-                                                  "reason": group.preempted})
-        elif save:
-            reply = ("decision", decision, True)
+            reply = proto.Answer(decision, True, {"ranks": list(group.preempted_ranks), "reason": group.preempted})
         for r in group.ranks:
             self._send(r, reply)
 
@@ -546,7 +550,7 @@ class DaskTrialExecutor(TrialExecutor):
         if group is not None:
             self._fail_group(group, message)
             for r in group.ranks:
-                self._send(r, ("abort", message))
+                self._send(r, proto.Abort(message))
 
     # ------------------------------------------------------------------ waiting
     def poll(self, timeout: float | None) -> list[Event]:
@@ -731,7 +735,7 @@ class DaskTrialExecutor(TrialExecutor):
         rank.parked = False
         if bye and rank.conn is not None:
             try:
-                send_msg(rank.conn, ("bye",))
+                proto.send(rank.conn, proto.Bye())
             except OSError:
                 pass
         if rank.channel is not None:
@@ -781,7 +785,7 @@ class DaskTrialExecutor(TrialExecutor):
         rank.channel.group, rank.channel.rank = group, rank
         self.task_owner[rank.future.key] = (group, rank)
         group.go_sent = True
-        self._send(rank, ("next", spec))
+        self._send(rank, proto.Next(spec))
         self._events.append(Started(group.trial_id))
 
     # ------------------------------------------------------------------ I/O
@@ -821,8 +825,10 @@ class DaskTrialExecutor(TrialExecutor):
                     # its process died (os._exit, a segfault, the OOM killer): the scheduler may still list the
                     # worker for a moment; a retry placed there would wait for a process that is gone
                     self.ledger.quarantine(conn.rank.assignment.address, pid=conn.rank.pid)
-                    self._fail_group(conn.group, f"rank {conn.rank.index} on {conn.rank.assignment.address} lost "
-                                                 "its connection (its process or Dask worker died)")
+                    oom = self._oom_killed(conn.rank)
+                    where = f"rank {conn.rank.index} on {conn.rank.assignment.address}"
+                    self._fail_group(conn.group, f"{where} (host {conn.rank.hostname}) was {oom}" if oom else
+                                     f"{where} lost its connection (its process or Dask worker died)")
                     self._forget_rank(conn.rank)
                 self._maybe_end_group(conn.group)
             return
@@ -833,52 +839,76 @@ class DaskTrialExecutor(TrialExecutor):
         if conn.rank is not None:
             conn.rank.last_seen = time.monotonic()
         for frame in frames:
-            self._on_message(conn, pickle.loads(frame))
+            try:
+                msg = proto.from_rank(pickle.loads(frame))  # (an authenticated peer: see the listener)
+            except proto.ProtocolError as exc:
+                self._refuse_message(conn, str(exc))
+                return
+            self._on_message(conn, msg)
 
-    def _send(self, rank: _Rank, msg: Any) -> None:
+    def _refuse_message(self, conn: Conn, problem: str) -> None:
+        """A malformed message: never acted on; the trial of the rank that sent it fails, saying what was wrong."""
+        group = conn.group
+        who = f"rank {conn.rank.index}" if conn.rank is not None else "a rank"
+        logger.warning("tuneplat: %s of trial %s sent a message the tuner refuses: %s", who,
+                       group.trial_id if group is not None else "?", problem)
+        if group is None or conn.rank is None:
+            self._drop_conn(conn)
+            return
+        self._fail_group(group, f"{who}: {problem}")
+        self._maybe_end_group(group)
+
+    def _send(self, rank: _Rank, msg: proto.Message) -> None:
         if rank.conn is None:
             return
         try:
-            send_msg(rank.conn, msg)
+            proto.send(rank.conn, msg)
         except OSError:
             pass
 
-    def _on_message(self, conn: Conn, msg: tuple[Any, ...]) -> None:
-        kind = msg[0]
-        if kind == "ping":  # (a chained runner's last ping of its previous trial may come after "done")
-            if len(msg) > 1 and isinstance(msg[1], dict) and conn.rank is not None and not conn.rank.finished:
-                self._on_stats(conn, conn.rank, msg[1])
+    def _on_message(self, conn: Conn, msg: proto.Message) -> None:
+        if isinstance(msg, proto.Ping):  # (a chained runner's last ping of its previous trial may come after "done")
+            if msg.stats is not None and conn.rank is not None and not conn.rank.finished:
+                self._on_stats(conn, conn.rank, msg.stats)
             return
         group = conn.group
         assert group is not None
-        if kind == "hello":
-            rank = group.ranks[msg[1]]
+        if isinstance(msg, proto.Hello):
+            if not 0 <= msg.rank < len(group.ranks):
+                self._refuse_message(conn, f"a 'hello' from rank {msg.rank} of a group of {len(group.ranks)}")
+                return
+            rank = group.ranks[msg.rank]
             rank.conn = conn.sock
             rank.channel = conn
-            rank.pid, rank.hostname = msg[2], msg[3]
+            rank.pid, rank.hostname = msg.pid, msg.hostname
+            rank.oom_baseline = msg.oom_baseline
             rank.ever_connected = True
             rank.last_seen = time.monotonic()
             conn.rank = rank
             if group.aborted:
-                self._send(rank, ("abort", group.abort_reason or "the trial's group is being torn down"))
+                self._send(rank, proto.Abort(group.abort_reason or "the trial's group is being torn down"))
                 if not group.go_sent:
                     rank.finished = "done"  # it runs no user code; its closing connection is expected
                 return
             first = not group.go_sent
             group.go_sent = True
-            self._send(rank, ("go",))
+            self._send(rank, proto.Go())
             if rank.index > 0 and group.rendezvous is not None:
                 self._send(rank, group.rendezvous)
             if first:
                 self._events.append(Started(group.trial_id))
-        elif kind == "rendezvous":
+            return
+        rank = conn.rank
+        if rank is None:  # every other message comes after the rank's hello
+            self._refuse_message(conn, f"a {msg.KIND!r} message before the rank's 'hello'")
+            return
+        if isinstance(msg, proto.Rendezvous):
             group.rendezvous = msg
             for r in group.ranks[1:]:
                 self._send(r, msg)
-        elif kind == "report":
-            _, iteration, result, staged = msg
-            assert conn.rank is not None
-            group.reports.setdefault(iteration, {})[conn.rank.index] = (result, staged)
+        elif isinstance(msg, proto.Report):
+            iteration = msg.iteration
+            group.reports.setdefault(iteration, {})[rank.index] = (msg.result, msg.staged)
             group.first_report.setdefault(iteration, time.monotonic())
             if self.board is not None:
                 self.board.dirty = True
@@ -887,50 +917,44 @@ class DaskTrialExecutor(TrialExecutor):
                 group.first_report.pop(iteration, None)
                 if group.failure or group.aborted:
                     for r in group.ranks:
-                        self._send(r, ("abort", group.abort_reason or "the trial's group is being torn down"))
+                        self._send(r, proto.Abort(group.abort_reason or "the trial's group is being torn down"))
                     return
                 group.waiting_answer = iteration
                 group.answer_staged = any(s for _, s in reports.values())
                 self._events.append(Reported(group.trial_id, iteration, reports[0][0],
                                              any(s for _, s in reports.values())))
-        elif kind == "saved":  # a checkpoint asked for by answer(save=True), staged after the report
-            assert conn.rank is not None
-            got = group.saves.setdefault(msg[1], set())
-            got.add(conn.rank.index)
+        elif isinstance(msg, proto.Saved):  # a checkpoint asked for by answer(save=True), staged after the report
+            got = group.saves.setdefault(msg.iteration, set())
+            got.add(rank.index)
             if len(got) == len(group.ranks):
-                del group.saves[msg[1]]
-                self._events.append(Saved(group.trial_id, msg[1]))
+                del group.saves[msg.iteration]
+                self._events.append(Saved(group.trial_id, msg.iteration))
                 if group.preempted is not None and not group.aborted:
                     # (the loop commits it before it sees the Ended that follows: events keep their order)
                     self._resize(group, group.preempted)
-        elif kind == "preempt":  # the rank's Dask worker is closing (retire_workers, scale down, SIGTERM)
-            assert conn.rank is not None
-            self._on_preempt(group, conn.rank, str(msg[1]))
-        elif kind == "started":
-            assert conn.rank is not None
-            conn.rank.started_ack = True
-        elif kind == "lease":
-            assert conn.rank is not None
-            self._on_lease(group, conn.rank, msg[1], msg[2], msg[3])
-        elif kind == "unlease":
-            self._on_unlease(group, msg[1])
-        elif kind == "requeue":  # the trial's nested fit was sent back to the queue (see _check_lease_deadlock)
-            assert conn.rank is not None
-            conn.rank.finished = "done"
+        elif isinstance(msg, proto.Preempting):  # the rank's Dask worker is closing (retire_workers, scale down...)
+            self._on_preempt(group, rank, msg.message)
+        elif isinstance(msg, proto.Running):
+            rank.started_ack = True
+            rank.oom_baseline = msg.oom_baseline
+        elif isinstance(msg, proto.Lease):
+            self._on_lease(group, rank, msg.request, msg.n, msg.strategy)
+        elif isinstance(msg, proto.Unlease):
+            self._on_unlease(group, msg.address)
+        elif isinstance(msg, proto.Requeue):  # the trial's nested fit was sent back to the queue (_check_lease_deadlock)
+            rank.finished = "done"
             group.lost_before_start = True
-            group.requeued = str(msg[1])
+            group.requeued = msg.message
             self._abort_group(group, "the trial goes back to the queue")
             self._maybe_end_group(group)
-        elif kind == "done":
-            assert conn.rank is not None
-            conn.rank.finished = "done"
-            conn.rank.offers_next = len(msg) > 1 and bool(msg[1])
+        elif isinstance(msg, proto.Done):
+            rank.finished = "done"
+            rank.offers_next = msg.chainable
             self._maybe_end_group(group)
-        elif kind == "error":
-            assert conn.rank is not None
-            conn.rank.finished = "error"
-            conn.rank.offers_next = len(msg) > 3 and bool(msg[3])
-            self._fail_group(group, f"rank {conn.rank.index}: {msg[1]}", msg[2])
+        elif isinstance(msg, proto.Error):
+            rank.finished = "error"
+            rank.offers_next = msg.chainable
+            self._fail_group(group, f"rank {rank.index}: {msg.message}", msg.traceback)
             self._maybe_end_group(group)
 
     # ------------------------------------------------------------------ groups started by trials (nested fits)
@@ -949,7 +973,7 @@ class DaskTrialExecutor(TrialExecutor):
         if self.ledger._allocate(req, n, strategy, own | self.ledger.quarantined, pools) is None:
             total = len(self.ledger.slots)
             need = ", ".join(f"{k}={v:g}" for k, v in req.items())
-            self._send(rank, ("refused", (
+            self._send(rank, proto.Refused((
                 f"the TorchTrainer started inside trial {group.trial_id} needs {n} rank(s) with {{{need}}} beside "
                 f"the trial, whose function holds {len(group.ranks)} worker slot(s) of the cluster's {total} "
                 f"({self.ledger.describe()}): such a trial needs {n + len(group.ranks)} slots in all. Lower "
@@ -982,7 +1006,7 @@ class DaskTrialExecutor(TrialExecutor):
                 break
             self._lease_queue.pop(0)
             ask.group.leases.extend(got)
-            self._send(ask.rank, ("leased", got))
+            self._send(ask.rank, proto.Leased(got))
         if self._lease_queue:
             self._check_lease_deadlock()
 
@@ -1002,7 +1026,7 @@ class DaskTrialExecutor(TrialExecutor):
                "starts again when there is room. To avoid this, set TuneConfig(max_concurrent_trials=...) to the "
                "number of trials whose driver and ranks fit at once (docs/porting-from-ray.md)")
         logger.info("tuneplat: %s", msg)
-        self._send(ask.rank, ("requeue", msg))
+        self._send(ask.rank, proto.Requeue(msg))
 
     def _drain_wake_events(self) -> None:
         while self._wake_events:
@@ -1052,8 +1076,10 @@ class DaskTrialExecutor(TrialExecutor):
                         continue
                 rank.finished = "error"
                 tb = "".join(traceback.format_exception(exc)) if exc else None
-                self._fail_group(group, f"rank {rank.index} failed on its Dask worker: {type(exc).__name__}: {exc}",
-                                 tb)
+                oom = self._oom_killed(rank) if type(exc).__name__ == "KilledWorker" and rank.ever_connected else None
+                self._fail_group(group, f"rank {rank.index} on {rank.assignment.address} (host {rank.hostname}) was "
+                                        f"{oom}" if oom else
+                                 f"rank {rank.index} failed on its Dask worker: {type(exc).__name__}: {exc}", tb)
             elif rank.finished is None:
                 rank.finished = "dead" if fut is not None and fut.status == "cancelled" else "done"
             self._maybe_end_group(group)
@@ -1171,6 +1197,38 @@ class DaskTrialExecutor(TrialExecutor):
                 self._restart_worker(r)
                 self._forget_rank(r)
             self._maybe_end_group(g)
+
+    def _oom_killed(self, rank: _Rank) -> str | None:
+        """Whether the kernel's OOM killer ended ``rank``'s process, read on its host (``_host_oom.py``).
+
+        Returns the evidence (``"killed by the kernel's OOM killer (...)"``), or None
+        when there is none to read (then the death stays "its process died"). On this
+        host the tuner reads the rank's memory cgroup and the kernel log itself; on
+        another host a live Dask worker of that host reads them (one round trip, at
+        most ``TUNEPLAT_OOM_CHECK_S`` seconds, 5).
+        """
+        if not rank.pid:
+            return None
+        if rank.hostname == socket.gethostname():
+            return _local_oom_evidence(rank.oom_baseline, rank.pid)
+        addr = rank.assignment.address
+        peers = [a for a, slot in self.ledger.slots.items() if slot.host == rank.assignment.host and a != addr]
+        if not peers:
+            return None  # no other worker on that host to ask (nothing is guessed)
+        box: dict[str, Any] = {}
+
+        def ask() -> None:
+            try:
+                box.update(self.client.run(_local_oom_evidence, rank.oom_baseline, rank.pid, workers=peers[:1],
+                                           on_error="return"))
+            except Exception as exc:  # noqa: BLE001 - a diagnostic: the death is reported either way
+                logger.debug("tuneplat: asking %s about rank %s's death failed: %s", peers[0], rank.index, exc)
+
+        thread = threading.Thread(target=ask, name="tuneplat-oom-check", daemon=True)
+        thread.start()
+        thread.join(env_seconds("TUNEPLAT_OOM_CHECK_S", 5))
+        answer = next(iter(box.values()), None)
+        return answer if isinstance(answer, str) else None
 
     def _capture(self, group: _Group, reason: str, silent: list[_Rank] | None = None) -> str:
         """Capture the stacks of ``group``'s ranks (``silent`` ones do not answer their worker); text for an error."""
@@ -1324,7 +1382,7 @@ class DaskTrialExecutor(TrialExecutor):
         group.abort_reason = reason
         for r in group.ranks:
             if r.finished is None and r.conn is not None:
-                self._send(r, ("abort", reason))
+                self._send(r, proto.Abort(reason))
                 r.conn_shut = True
                 try:
                     r.conn.shutdown(socket.SHUT_RDWR)  # a rank blocked in recv() wakes up at once
@@ -1382,6 +1440,32 @@ class DaskTrialExecutor(TrialExecutor):
 #: an elastic rank whose Dask task was declared lost while its connection lives: how long a preemption notice
 #: may take to come before the rank counts as lost (its worker is closing: the rank sees it within 0.1 s)
 TASK_LOST_GRACE_S = env_seconds("TUNEPLAT_TASK_LOST_GRACE_S", 2)
+
+
+def _local_oom_evidence(baseline: dict[str, Any] | None, pid: int) -> str | None:
+    """:func:`oom_evidence` for process ``pid`` of this host, once it is gone (its connection closed first).
+
+    The kernel's count rises before the victim exits, so a count read now is current; the cgroup count
+    alone (no kernel-log line for the pid) is taken as evidence only once the process is seen gone, waiting
+    at most 0.5 s for it (a process that lives on was not killed).
+    """
+    evidence = oom_evidence(baseline, pid)
+    if evidence is None or "kernel log:" in evidence:
+        return evidence
+    deadline = time.monotonic() + 0.5
+    while not _pid_gone(pid):
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)  # (the process closes its sockets a moment before the kernel marks it a zombie)
+    return evidence
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def _process_gone(rank: Any) -> bool:

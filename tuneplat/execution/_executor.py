@@ -233,6 +233,13 @@ class TrialExecutor(abc.ABC):
         """
         return None
 
+    def gpu_memory_bytes(self) -> float | None:
+        """The memory of the executor's (smallest) GPU in bytes, None when unknown or without GPUs.
+
+        ``GPU_memory="auto"`` (``core/_gpu_auto.py``) uses it to say when a figure is a whole device.
+        """
+        return None
+
     def set_waiting(self, count: int) -> None:
         """How many trials besides the one being placed wait for room now (the loop says it before each
         :meth:`reserve`). Elastic groups start at their minimum and do not grow while it is above 0."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..core._journal import JournalError, read_journal
+from ..core._replay import TrialHistory, replay
 from ..search._space import flatten_dict
 
 if TYPE_CHECKING:
@@ -359,96 +360,61 @@ def _from_journal(folder: str, display: str) -> Experiment:
 
 
 def experiment_from_events(events: Iterable[Mapping[str, Any]], path: str = "") -> Experiment:
-    """Build an :class:`Experiment` from journal events (as :func:`tuneplat.read_journal` returns them)."""
-    trials: dict[str, TrialRecord] = {}
-    exp = Experiment(path=path, name=os.path.basename(path.rstrip("/")), metric=None, mode=None, trials=[])
-    running: dict[str, float] = {}  # trial id -> start time of the attempt that runs
-    paused_at: dict[str, int] = {}  # trial id -> iteration where it sits paused
+    """Build an :class:`Experiment` from journal events (as :func:`tuneplat.read_journal` returns them).
 
-    def close_span(t: TrialRecord, when: float | None, how: str) -> None:
-        start = running.pop(t.trial_id, None)
-        if start is not None:
-            t.spans.append((start, when if when is not None else start, how))
-
-    for ev in events:
-        kind = ev.get("event")
-        tid = ev.get("trial_id")
-        when = ev.get("time")
-        when = float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
-        if kind == "experiment":
-            exp.name = str(ev.get("name") or exp.name)
-            exp.metric, exp.mode = ev.get("metric"), ev.get("mode")
-            sched = ev.get("scheduler")
-            exp.scheduler = str(sched.get("scheduler")) if isinstance(sched, dict) and sched.get("scheduler") else None
-            if exp.start_time is None:
-                exp.start_time = when
-            continue
-        if kind == "experiment_end":
-            exp.end_time = when
-            for t_id in list(running):
-                close_span(trials[t_id], when, "interrupted")
-            continue
-        if kind == "trial_add" and isinstance(tid, str):
-            cfg = dict(ev.get("config") or {})
-            trials[tid] = TrialRecord(trial_id=tid, name=str(ev.get("name") or tid), config=cfg,
-                                      first_config=dict(cfg))
-            continue
-        t = trials.get(tid) if isinstance(tid, str) else None
-        if t is None:
-            continue
-        key = t.trial_id
-        if kind == "result":
-            t.results.append(ev["result"])
-        elif kind == "superseded":
-            after = int(ev["after_iteration"])
-            t.results = [r for r in t.results if int(r.get("training_iteration", 0) or 0) <= after]
-            t.marks = [m for m in t.marks if m.index < len(t.results)]
-        elif kind == "trial_start":
-            t.status = "RUNNING"
-            if when is not None:
-                running[key] = when
-            paused_at.pop(key, None)
-        elif kind == "decision":
-            decision = str(ev.get("decision"))
-            reason = str(ev.get("reason") or "")
-            it = int(ev.get("iteration") or _iteration(t))
-            if decision == "STOP":
-                mk = BUDGET if any(s in reason for s in _BUDGET_REASONS) else STOPPED
-                t.marks.append(Mark(mk, it, len(t.results) - 1, when, reason))
-            elif decision == "PAUSE":
-                t.marks.append(Mark(PAUSED, it, len(t.results) - 1, when, reason))
-        elif kind == "trial_paused":
-            t.status = "PAUSED"
-            paused_at[key] = int(ev.get("iteration") or _iteration(t))
-            close_span(t, when, "paused")
-        elif kind == "trial_failure":
-            close_span(t, when, "failed")
-            if not ev.get("retry"):
-                msg = str(ev.get("message") or "error").splitlines()[0] if ev.get("message") else "error"
-                t.marks.append(Mark(ERRORED, _iteration(t), len(t.results) - 1, when, msg))
-        elif kind == "trial_requeued":
-            running.pop(key, None)
-        elif kind == "exploit":
-            t.exploits.append({
-                "from_trial": ev.get("from_trial"), "iteration": ev.get("iteration"),
-                "from_iteration": ev.get("from_iteration"), "old_config": ev.get("old_config") or {},
-                "new_config": ev.get("new_config") or {}, "time": when, "index": len(t.results)})
-            t.config = dict(ev.get("new_config") or t.config)
-            t.marks.append(Mark(CLONED, int(ev.get("iteration") or _iteration(t)), len(t.results) - 1, when,
-                                str(ev.get("from_trial"))))
-        elif kind == "trial_end":
-            status = str(ev.get("status") or "TERMINATED")
-            t.stop_reason = ev.get("stop_reason") or t.stop_reason
-            if key in paused_at and status == "TERMINATED" and t.stop_reason:
-                # ended while paused (HyperBand drops a paused trial): a stop at the iteration where it waited
-                mk = BUDGET if any(s in t.stop_reason for s in _BUDGET_REASONS) else STOPPED
-                t.marks.append(Mark(mk, paused_at.pop(key), len(t.results) - 1, when, t.stop_reason))
-            close_span(t, when, status.lower())
-            t.status = status
-    for t_id, start in running.items():  # still running (a live experiment, or the tuner died)
-        trials[t_id].spans.append((start, None, "running"))
-    exp.trials = list(trials.values())
+    The events' meaning is read once, by the core's ``replay`` (as for a restore or ``tuneplat status``);
+    this turns its trials and their history into what the plots draw.
+    """
+    state = replay([dict(e) for e in events], path, check_files=False)
+    exp = Experiment(path=path, name=str(state.meta.get("name") or os.path.basename(path.rstrip("/"))),
+                     metric=state.meta.get("metric"), mode=state.meta.get("mode"), trials=[],
+                     scheduler=state.scheduler, start_time=state.start_time, end_time=state.end_time)
+    for trial in state.trials:
+        history = state.history[trial.trial_id]
+        exp.trials.append(TrialRecord(
+            trial_id=trial.trial_id, name=trial.name, config=_plotted_config(history), status=trial.status.value,
+            results=list(trial.results), marks=_marks(history), spans=[(s.start, s.end, s.how) for s in history.spans],
+            exploits=[{"from_trial": e.from_trial, "iteration": e.iteration, "from_iteration": e.from_iteration,
+                       "old_config": e.old_config, "new_config": e.new_config, "time": e.time, "index": e.results}
+                      for e in history.exploits],
+            stop_reason=next((e.stop_reason for e in reversed(history.ends) if e.stop_reason), None),
+            first_config=dict(history.first_config)))
     return exp
+
+
+def _plotted_config(history: TrialHistory) -> dict[str, Any]:
+    """The config the trial ran last with (its first, or PBT's newest exploit's)."""
+    config = dict(history.first_config)
+    for e in history.exploits:
+        config = dict(e.new_config or config)
+    return config
+
+
+def _marks(history: TrialHistory) -> list[Mark]:
+    """The points to mark on a trial's curve, in journal order; those on results later superseded are left out."""
+    found: list[tuple[int, Mark]] = []
+    for d in history.decisions:
+        if d.decision == "STOP":
+            kind = BUDGET if any(s in d.reason for s in _BUDGET_REASONS) else STOPPED
+            found.append((d.seq, Mark(kind, d.iteration, d.results - 1, d.time, d.reason)))
+        elif d.decision == "PAUSE":
+            found.append((d.seq, Mark(PAUSED, d.iteration, d.results - 1, d.time, d.reason)))
+    for f in history.failures:
+        if not f.retry:
+            message = f.message.splitlines()[0] if f.message else "error"
+            found.append((f.seq, Mark(ERRORED, f.iteration, f.results - 1, f.time, message)))
+    for e in history.exploits:
+        found.append((e.seq, Mark(CLONED, e.iteration, e.results - 1, e.time, str(e.from_trial))))
+    reason: str | None = None
+    for end in history.ends:
+        reason = end.stop_reason or reason
+        if end.paused_iteration is not None and end.status == "TERMINATED" and reason:
+            # ended while paused (HyperBand drops a paused trial): a stop at the iteration where it waited
+            kind = BUDGET if any(s in reason for s in _BUDGET_REASONS) else STOPPED
+            found.append((end.seq, Mark(kind, end.paused_iteration, end.results - 1, end.time, reason)))
+    # a retry from an earlier checkpoint superseded results: what was marked on them goes with them
+    return [m for seq, m in sorted(found, key=lambda item: item[0])
+            if not any(s.seq > seq and m.index >= s.results for s in history.superseded)]
 
 
 def _iteration(t: TrialRecord) -> int:

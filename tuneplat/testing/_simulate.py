@@ -27,8 +27,7 @@ from typing import Any
 from .. import schedulers as _schedulers
 from .._config import RunConfig, TuneConfig
 from .._tuner import Tuner
-from ..core._journal import read_journal
-from ..core._replay import load_trials
+from ..core._replay import ExperimentState, load_state
 from ..core._trial import Trial
 from ..execution._executor import TrialSpec
 from ..search._searcher import Searcher
@@ -210,39 +209,32 @@ def _figures(trials: list[Trial], curves: Mapping[str, list[dict[str, Any]]], me
                       dict(best[2]) if best else None)
 
 
-def _recorded_slots(journal: list[dict[str, Any]]) -> int:
-    running: set[str] = set()
-    peak = 1
-    for e in journal:
-        kind = e.get("event")
-        if kind == "trial_start":
-            running.add(e.get("trial_id", ""))
-            peak = max(peak, len(running))
-        elif kind in ("trial_end", "trial_paused", "trial_failure", "trial_requeued"):
-            running.discard(e.get("trial_id", ""))
-    return peak
-
-
-def _recorded_stops(journal: list[dict[str, Any]]) -> dict[str, int]:
-    return {e["trial_id"]: int(e.get("iteration") or 0) for e in journal
-            if e.get("event") == "decision" and e.get("decision") == "STOP"}
+def _recorded_stops(state: ExperimentState) -> dict[str, int]:
+    """Each trial's iteration where a ``STOP`` was answered (the last one, if several)."""
+    stops: dict[str, int] = {}
+    for tid, history in state.history.items():
+        for d in history.decisions:
+            if d.decision == "STOP":
+                stops[tid] = d.iteration
+    return stops
 
 
 #: stop reasons that end a curve where it was meant to end (not cut short): the recorded curve is whole
 _COMPLETE_REASONS = ("stop criteria met",)
 
 
-def _cut_short(journal: list[dict[str, Any]]) -> set[str]:
+def _cut_short(state: ExperimentState) -> set[str]:
     """Trials whose recorded curve a scheduler cut short (not those that met their stop criteria or max_t)."""
     out: set[str] = set()
-    for e in journal:
-        if e.get("event") != "decision" or e.get("decision") != "STOP":
-            continue
-        pruned = e.get("pruned")
-        if pruned is None:  # a journal written before the flag: judge by the reason
-            pruned = str(e.get("reason") or "") not in _COMPLETE_REASONS
-        if pruned:
-            out.add(str(e["trial_id"]))
+    for tid, history in state.history.items():
+        for d in history.decisions:
+            if d.decision != "STOP":
+                continue
+            pruned = d.pruned
+            if pruned is None:  # a journal written before the flag: judge by the reason
+                pruned = d.reason not in _COMPLETE_REASONS
+            if pruned:
+                out.add(tid)
     return out
 
 
@@ -288,8 +280,8 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
     if not os.path.isfile(journal_path):
         raise FileNotFoundError(f"{path} has no journal.jsonl: not a tuneplat experiment folder "
                                 "(pass the folder storage_path/name)")
-    journal = read_journal(journal_path)
-    trials, meta = load_trials(path)
+    recorded_state = load_state(path)
+    trials, meta = recorded_state.trials, recorded_state.meta
     metric = metric or meta.get("metric")
     mode = mode or meta.get("mode")
     multi = isinstance(metric, list)
@@ -306,7 +298,7 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
     settings = dict(settings or {})
     sched = make_scheduler(scheduler, settings, metric, mode) if isinstance(scheduler, str) else scheduler
     sched_name = scheduler if isinstance(scheduler, str) else type(scheduler).__name__
-    slots = slots or _recorded_slots(journal)
+    slots = slots or recorded_state.peak_running
     searcher = _ReplaySearcher(trials)
 
     def curve(spec: TrialSpec) -> Iterator[dict[str, Any]]:
@@ -323,19 +315,17 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
                       run_config=RunConfig(name="simulation", storage_path=tmp, verbose=0, mlflow=False),
                       executor=executor)
         grid = tuner.fit()
-        sim_journal = read_journal(os.path.join(tmp, "simulation", "journal.jsonl"))
+        sim_state = load_state(os.path.join(tmp, "simulation"), check_files=False)
     by_sim_id = {r.trial_id: r for r in grid}
     sim_trials: list[Trial] = []
     sim_curves: dict[str, list[dict[str, Any]]] = {}
     stops: dict[str, int] = {}
-    sim_stops = _recorded_stops(sim_journal)
-    sim_results: dict[str, list[dict[str, Any]]] = {}  # from the journal (no DataFrame per trial: --recommend replays many)
-    for e in sim_journal:
-        if e.get("event") == "result" and isinstance(e.get("result"), dict):
-            sim_results.setdefault(str(e.get("trial_id")), []).append(e["result"])
+    sim_stops = _recorded_stops(sim_state)
+    # from the journal's replay (no DataFrame per trial: --recommend replays many)
+    sim_results = {t.trial_id: t.results for t in sim_state.trials}
     truncated = 0
     timeline: list[tuple[float, float, Any]] = []
-    cut_short = _cut_short(journal)
+    cut_short = _cut_short(recorded_state)
     for sim_id, rec in searcher.assigned.items():
         res = by_sim_id.get(sim_id)
         if res is None:
@@ -362,7 +352,7 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
     return SimulationReport(
         experiment=path, metric=metric, mode=mode, scheduler=sched_name, settings=settings, slots=slots,
         recorded=recorded, simulated=simulated,
-        truncated=truncated, stops=stops, recorded_stops=_recorded_stops(journal),
+        truncated=truncated, stops=stops, recorded_stops=_recorded_stops(recorded_state),
         timeline=sorted(timeline, key=lambda item: item[0]),
     )
 

@@ -28,6 +28,17 @@ Two kinds of trainable run here:
   when the executor closes; a restarted attempt skips the results before its
   checkpoint.
 
+GPUs and their memory are modelled when asked (``VirtualTimeExecutor(gpus=2,
+gpu_memory="80GiB")``): trials are placed on virtual devices by their
+``{"GPU": fraction}`` or ``{"GPU_memory": ...}`` request (``"auto"`` too) as on a
+Dask cluster with GPUs. A trial uses device memory by calling
+:func:`use_gpu_memory` (real trainables; a no-op elsewhere) or by yielding
+results with ``gpu_memory_peak_bytes`` (learning curves: the memory it holds
+during that iteration). Its peak is reported as ``gpu_memory_peak_bytes``, and
+when the trials on a device together hold more than it has, the one that
+allocated fails with :class:`OutOfMemoryError` ("CUDA out of memory"), which
+the tuner records as an out-of-memory failure exactly as a CUDA OOM on a worker.
+
 Example:
     >>> import tuneplat as tune
     >>> from tuneplat.testing import VirtualTimeExecutor
@@ -43,6 +54,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import heapq
 import inspect
 import itertools
@@ -57,6 +69,7 @@ from typing import Any, cast
 
 from schedulers import Decision
 
+from ..execution import _protocol as proto
 from ..execution._executor import (
     Ended,
     Event,
@@ -73,7 +86,8 @@ from ..execution._trial_io import apply_trial_io
 from ..storage._storage import CheckpointStore, LocalCheckpointStore
 from ..train._session import RankSpec, Session, StopTrial, TrialAborted, _current_session, _set_session
 
-__all__ = ["HANG", "VirtualCheckpointStore", "VirtualTimeExecutor", "now", "sleep"]
+__all__ = ["HANG", "OutOfMemoryError", "VirtualCheckpointStore", "VirtualTimeExecutor", "now", "sleep",
+           "use_gpu_memory"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -111,6 +125,34 @@ def sleep(seconds: float) -> None:
         session.sleep(float(seconds))
     else:
         _real_sleep(seconds)
+
+
+class OutOfMemoryError(RuntimeError):
+    """A virtual device ran out of memory (named as torch's ``torch.cuda.OutOfMemoryError``, and recorded alike)."""
+
+
+def use_gpu_memory(nbytes: float | str) -> None:
+    """The trial now holds ``nbytes`` of GPU memory on its device (each rank): virtual trials only, else a no-op.
+
+    A trainable that calls it runs unchanged on the Dask executor (where real
+    allocations are measured). In a trial of a :class:`VirtualTimeExecutor` with
+    ``gpus=``, the figure counts against the trial's virtual device, its peak is
+    reported as ``gpu_memory_peak_bytes``, and going past what the device has
+    left raises :class:`OutOfMemoryError`.
+
+    Args:
+        nbytes: bytes, or an amount such as ``"12GiB"``.
+
+    Raises:
+        OutOfMemoryError: the device's trials would hold more than its memory.
+        RuntimeError: the trial holds no virtual GPU (its request has no ``GPU``/``GPU_memory``).
+    """
+    session = _current_session()
+    if isinstance(session, _VirtualSession):
+        from ..execution._gpu_memory import parse_memory
+
+        amount = 0.0 if nbytes == 0 else parse_memory(nbytes, "use_gpu_memory(nbytes)")
+        session.executor._use_memory(session.spec.trial_id, amount)
 
 
 def now() -> float:
@@ -184,6 +226,18 @@ class _VTrial:
     history: list[float] = field(default_factory=list)
 
 
+@dataclass
+class _VRes:
+    """A reservation: ``slots`` ranks, and per rank the virtual GPUs it holds ``[(device, share), ...]``."""
+
+    slots: int
+    devices: list[list[tuple[int, float]]] = field(default_factory=list)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
 def _locked() -> threading.Lock:
     lock = threading.Lock()
     lock.acquire()
@@ -234,14 +288,19 @@ class _VirtualSession(Session):
         self.aborted: str | None = None
         self.time_hint: float | None = None  # the reported metrics' own time_this_iter_s
 
-    def send(self, msg: Any) -> None:
-        if msg[0] == "saved":  # a checkpoint asked for by answer(save=True): committed by the loop
-            self.executor._ready.append(Saved(self.spec.trial_id, msg[1]))
+    def send(self, msg: proto.Message) -> None:
+        if isinstance(msg, proto.Saved):  # a checkpoint asked for by answer(save=True): committed by the loop
+            self.executor._ready.append(Saved(self.spec.trial_id, msg.iteration))
 
-    def ask(self, msg: Any) -> Any:
-        if msg[0] == "report" and msg[2] is not None:
-            msg = (*msg, self.time_hint)
-        return self._yield(msg)
+    def ask(self, msg: proto.Message) -> proto.Message:
+        """The rank's side of the protocol, typed as on Dask; the hand-over to the loop carries its wire tuple."""
+        wire = msg.to_wire()
+        if isinstance(msg, proto.Report) and msg.result is not None:
+            peak = self.executor._mem_peak.get(self.spec.trial_id)
+            if peak:  # (as a rank that uses CUDA reports its peak)
+                msg.result.setdefault("gpu_memory_peak_bytes", int(peak))
+            wire = (*wire, self.time_hint)
+        return proto.from_tuner(self._yield(wire))
 
     def report(self, metrics: dict[str, Any], checkpoint: Any = None) -> None:
         dt = metrics.get("time_this_iter_s") if isinstance(metrics, dict) else None
@@ -286,15 +345,37 @@ class VirtualTimeExecutor(TrialExecutor):
         curve: ``curve(spec) -> iterable of results`` instead of calling the
             Tuner's trainable with the config (used by ``tuneplat simulate`` to
             replay recorded trials by id).
+        gpus: virtual GPUs; trials are placed on them by ``GPU`` fraction or
+            ``GPU_memory``, best fit. 0 (the default): GPUs are not modelled
+            (``GPU`` requests are ignored, as ``tuneplat simulate`` replays runs
+            recorded on GPU clusters).
+        gpu_memory: the memory of each virtual GPU (``"80GiB"`` or bytes); None:
+            unknown (``GPU_memory`` requests are refused, as on a cluster whose
+            GPUs ``nvidia-smi`` cannot see, and memory is not enforced).
 
     Raises:
-        ValueError: ``num_slots`` is not an int >= 1.
+        ValueError: ``num_slots`` is not an int >= 1, ``gpus`` not an int >= 0, or ``gpu_memory`` not an amount.
     """
 
     def __init__(self, num_slots: int = 4, *, iteration_s: float = 1.0, start_s: float = 0.0,
-                 curve: Callable[[TrialSpec], Iterable[Any]] | None = None) -> None:
+                 curve: Callable[[TrialSpec], Iterable[Any]] | None = None, gpus: int = 0,
+                 gpu_memory: float | str | None = None) -> None:
         if not isinstance(num_slots, int) or isinstance(num_slots, bool) or num_slots < 1:
             raise ValueError(f"VirtualTimeExecutor(num_slots={num_slots!r}): must be an int >= 1")
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+            raise ValueError(f"VirtualTimeExecutor(gpus={gpus!r}): must be an int >= 0")
+        from ..execution._gpu_memory import parse_memory
+
+        self.gpus = gpus
+        self.gpu_memory = None if gpu_memory is None else parse_memory(gpu_memory, "VirtualTimeExecutor(gpu_memory)")
+        self._gpu_free = [1.0] * gpus  # the unreserved share of each device
+        self._gpu_used = [0.0] * gpus  # bytes its trials hold now
+        self._held: dict[str, _VRes] = {}  # trial id -> what it was placed on
+        self._mem_use: dict[str, float] = {}  # trial id -> bytes each of its ranks holds now
+        self._mem_peak: dict[str, float] = {}  # trial id -> the most each of its ranks held (this attempt)
+        #: the most trials that ran at once, and the most device memory held at once (bytes, all devices)
+        self.max_running = 0
+        self.max_gpu_memory_used = 0.0
         self.num_slots = num_slots
         self.iteration_s = float(iteration_s)
         self.start_s = float(start_s)
@@ -323,6 +404,8 @@ class VirtualTimeExecutor(TrialExecutor):
         if ctx.world_size > self.num_slots:
             raise ValueError(f"A trial needs {ctx.world_size} rank(s) but VirtualTimeExecutor(num_slots="
                              f"{self.num_slots}) has fewer slots; raise num_slots.")
+        if self.gpus:  # (a trial that can never fit on the virtual GPUs is refused at once, as on a cluster)
+            self.check_fits(ctx.request, ctx.min_world_size or ctx.world_size)
         if self._curves:
             return
         if ctx.world_size != 1:
@@ -352,27 +435,129 @@ class VirtualTimeExecutor(TrialExecutor):
     def running(self) -> int:
         return len(self._trials) + len(self._threads)
 
-    def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> int | None:
+    def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> _VRes | None:
         need = self.ctx.world_size if world_size is None else world_size
         if self._free < need:
             return None
+        share = self._gpu_share(self.ctx.request if request is None else request)
+        devices: list[list[tuple[int, float]]] = []
+        if share > 0:
+            free = list(self._gpu_free)
+            for _ in range(need):
+                got = self._place(free, share)
+                if got is None:
+                    return None
+                devices.append(got)
         self._free -= need
-        return need
+        for rank in devices:
+            for dev, part in rank:
+                self._gpu_free[dev] -= part
+        return _VRes(need, devices)
+
+    @staticmethod
+    def _place(free: list[float], share: float) -> list[tuple[int, float]] | None:
+        """Devices for one rank taking ``share`` (updates ``free``): best fit for a fraction, whole devices else."""
+        eps = 1e-9
+        if share <= 1.0:
+            fits = [d for d, f in enumerate(free) if f + eps >= share]
+            if not fits:
+                return None
+            dev = min(fits, key=lambda d: (free[d], d))
+            free[dev] -= share
+            return [(dev, share)]
+        whole = [d for d, f in enumerate(free) if f >= 1.0 - eps][:int(share)]
+        if len(whole) < int(share):
+            return None
+        for d in whole:
+            free[d] -= 1.0
+        return [(d, 1.0) for d in whole]
+
+    def _gpu_share(self, request: Mapping[str, float]) -> float:
+        """The share of a device each rank of ``request`` takes (0 when GPUs are not modelled: ``gpus=0``)."""
+        from ..execution._errors import PlacementError
+        from ..execution._gpu_memory import as_gpu_share
+
+        if not self.gpus:
+            return 0.0
+        try:
+            return float(as_gpu_share(request, self.gpu_memory).get("GPU", 0.0))
+        except ValueError as exc:
+            raise PlacementError(str(exc)) from None
+
+    def gpu_memory_bytes(self) -> float | None:
+        return self.gpu_memory if self.gpus else None
 
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
-        if world_size > self.num_slots:
-            from ..execution._errors import PlacementError
+        from ..execution._errors import PlacementError
 
+        if world_size > self.num_slots:
             raise PlacementError(f"A trial needs {world_size} rank(s) but VirtualTimeExecutor(num_slots="
                                  f"{self.num_slots}) has fewer slots; raise num_slots.")
+        share = self._gpu_share(request)
+        if share <= 0:
+            return
+        free = [1.0] * self.gpus
+        for _ in range(world_size):
+            if self._place(free, share) is None:
+                raise PlacementError(f"A trial needs {world_size} rank(s) with GPU={share:g} each, but "
+                                     f"VirtualTimeExecutor(gpus={self.gpus}) cannot hold them all; raise gpus.")
 
-    def unreserve(self, reservation: int) -> None:
-        self._free += reservation
+    def unreserve(self, reservation: _VRes) -> None:
+        self._release(reservation)
 
-    def start(self, spec: TrialSpec, reservation: int) -> list[str]:
+    def _release(self, res: _VRes) -> None:
+        self._free += res.slots
+        for rank in res.devices:
+            for dev, part in rank:
+                self._gpu_free[dev] = min(1.0, self._gpu_free[dev] + part)
+
+    def _use_memory(self, trial_id: str, nbytes: float) -> None:
+        """Trial ``trial_id`` (each rank) now holds ``nbytes`` on its device(s); OutOfMemoryError past a device."""
+        res = self._held.get(trial_id)
+        if res is None or not res.devices:
+            raise RuntimeError(f"trial {trial_id} holds no GPU of the VirtualTimeExecutor (gpus={self.gpus}): ask "
+                               "for one with resources_per_worker={'GPU': fraction} or {'GPU_memory': ...}")
+        old = self._mem_use.get(trial_id, 0.0)
+        ranks_on = collections.Counter(rank[0][0] for rank in res.devices)  # (a rank's memory is on its first device)
+        if self.gpu_memory is not None:
+            for dev, count in sorted(ranks_on.items()):
+                after = self._gpu_used[dev] + count * (nbytes - old)
+                if after > self.gpu_memory * (1 + 1e-12):
+                    others = [t for t, r in self._held.items() if t != trial_id and self._mem_use.get(t)
+                              and any(x[0][0] == dev for x in r.devices)]
+                    raise OutOfMemoryError(
+                        f"CUDA out of memory. Tried to allocate {_gib(nbytes - old)} (virtual GPU {dev}: "
+                        f"{_gib(self.gpu_memory)} total, {_gib(self._gpu_used[dev] - count * old)} held by "
+                        f"{'trials ' + ', '.join(others) if others else 'no other trial'}; this trial would hold "
+                        f"{_gib(nbytes)})")
+        for dev, count in ranks_on.items():
+            self._gpu_used[dev] += count * (nbytes - old)
+        self._mem_use[trial_id] = nbytes
+        self._mem_peak[trial_id] = max(self._mem_peak.get(trial_id, 0.0), nbytes)
+        self.max_gpu_memory_used = max(self.max_gpu_memory_used, sum(self._gpu_used))
+
+    def _free_memory(self, trial_id: str) -> None:
+        res = self._held.pop(trial_id, None)
+        old = self._mem_use.pop(trial_id, 0.0)
+        self._mem_peak.pop(trial_id, None)
+        if res is None:
+            return
+        for rank in res.devices:
+            self._gpu_used[rank[0][0]] = max(0.0, self._gpu_used[rank[0][0]] - old)
+        self._release(res)
+
+    def start(self, spec: TrialSpec, reservation: _VRes) -> list[str]:
+        self._held[spec.trial_id] = reservation
+        self.max_running = max(self.max_running, len(self._held))
+        where = [f"virtual:{spec.trial_id}" + (f":gpu{','.join(str(d) for d, _ in r)}" if r else "")
+                 for r in reservation.devices] or [f"virtual:{spec.trial_id}"]
+        self._start(spec, reservation.slots)
+        return where
+
+    def _start(self, spec: TrialSpec, reservation: int) -> None:
         if not self._curves:
             self._start_thread(spec, reservation)
-            return [f"virtual:{spec.trial_id}"]
+            return
         try:
             produced = self._curve(spec) if self._curve is not None else self.ctx.raw_trainable(dict(spec.config))
             if produced is None or not isinstance(produced, Iterable):
@@ -388,20 +573,18 @@ class VirtualTimeExecutor(TrialExecutor):
             self._trials[spec.trial_id] = vt
             self._ready.append(Started(spec.trial_id))
             self._fail(vt, exc)
-            return [f"virtual:{spec.trial_id}"]
+            return
         vt = _VTrial(spec, results, reservation, iteration=spec.start_iteration, elapsed=spec.time_offset)
         self._trials[spec.trial_id] = vt
         self._ready.append(Started(spec.trial_id))
         self._advance(vt, self.start_s)
-        return [f"virtual:{spec.trial_id}"]
 
     def answer(self, trial_id: str, decision: Decision, *, save: bool = False) -> None:
         tt = self._threads.get(trial_id)
         if tt is not None:
             if tt.waiting:
                 tt.waiting = False
-                self._schedule(tt, 0.0, ("resume", ("decision", decision, True) if save
-                                         else ("decision", decision)))
+                self._schedule(tt, 0.0, ("resume", proto.Answer(decision, save=save).to_wire()))
             return
         vt = self._trials.get(trial_id)
         if vt is None or not vt.waiting:
@@ -499,7 +682,11 @@ class VirtualTimeExecutor(TrialExecutor):
         self._saved_env = {}
 
     def describe(self) -> str:
-        return f"virtual time, {self.num_slots} slot(s)"
+        gpus = ""
+        if self.gpus:
+            mem = f" of {_gib(self.gpu_memory)}" if self.gpu_memory else ""
+            gpus = f", {self.gpus} GPU(s){mem}"
+        return f"virtual time, {self.num_slots} slot(s){gpus}"
 
     # ------------------------------------------------------------------ real trainables, one thread each
     def _start_thread(self, spec: TrialSpec, reservation: int) -> None:
@@ -643,7 +830,7 @@ class VirtualTimeExecutor(TrialExecutor):
 
     def _unwind(self, tt: _TTrial, reason: str) -> None:
         """Make a live trial's code leave: its ``report()`` or :func:`sleep` raises, its ``finally`` blocks run."""
-        msg: tuple[Any, ...] = ("abort", reason)
+        msg: tuple[Any, ...] = proto.Abort(reason).to_wire()
         if tt.runner is None:  # it never ran: nothing to unwind
             tt.done = True
             return
@@ -658,7 +845,7 @@ class VirtualTimeExecutor(TrialExecutor):
             return
         tt.seq += 1  # cancels what was scheduled for it
         tt.waiting = False
-        self._free += tt.slots
+        self._free_memory(tt.spec.trial_id)
         if tt.runner is not None and tt.done:
             self._idle.append(tt.runner)  # its thread waits for the next trial
         self._ready.append(Ended(tt.spec.trial_id, outcome, message, tb))
@@ -680,6 +867,13 @@ class VirtualTimeExecutor(TrialExecutor):
         if not isinstance(nxt, dict):
             self._fail(vt, TypeError(f"a curve yielded {type(nxt).__name__}, not a dict of metrics"))
             return
+        held = nxt.get("gpu_memory_peak_bytes")
+        if self.gpus and isinstance(held, (int, float)) and not isinstance(held, bool):
+            try:  # the iteration holds this much on the trial's device(s) from its start
+                self._use_memory(vt.spec.trial_id, float(held))
+            except (OutOfMemoryError, RuntimeError) as exc:
+                self._fail(vt, exc)
+                return
         vt.pending = nxt
         dt = nxt.get("time_this_iter_s", self.iteration_s)
         dt = float(dt) if isinstance(dt, (int, float)) and not isinstance(dt, bool) else self.iteration_s
@@ -712,5 +906,5 @@ class VirtualTimeExecutor(TrialExecutor):
         if self._trials.pop(vt.spec.trial_id, None) is None:
             return
         vt.seq += 1  # cancels its scheduled report
-        self._free += vt.slots
+        self._free_memory(vt.spec.trial_id)
         self._ready.append(Ended(vt.spec.trial_id, outcome, message, tb))

@@ -19,6 +19,8 @@ from collections.abc import Iterable
 
 __all__ = ["EventFile"]
 
+_FLOAT = struct.Struct("<f")
+
 
 def _crc32c_table() -> list[int]:
     table = []
@@ -59,6 +61,8 @@ def _masked(crc: int) -> int:
 
 
 def _varint(n: int) -> bytes:
+    if 0 <= n < 0x80:  # most lengths and field keys: one byte
+        return bytes((n,))
     n &= (1 << 64) - 1  # int64 two's complement for negative steps
     out = bytearray()
     while True:
@@ -93,6 +97,8 @@ class EventFile:
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
         self.path = os.path.join(folder, name)
         self._f = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+        # a scalar's Summary.Value is the same bytes for a tag but the last four (the float): built once per tag
+        self._value_head: dict[str, bytes] = {}
         self._record(_event(time.time(), None, _bytes_field(3, b"brain.Event:2")))
 
     def _record(self, payload: bytes) -> None:
@@ -102,9 +108,15 @@ class EventFile:
 
     def scalars(self, values: Iterable[tuple[str, float]], step: int | None, wall_time: float | None = None) -> None:
         """One event holding every ``(tag, value)`` at ``step``."""
-        summary = b"".join(
-            _bytes_field(1, _bytes_field(1, tag.encode("utf-8")) + _field(2, 5) + struct.pack("<f", value))
-            for tag, value in values)
+        heads = self._value_head
+        parts = []
+        for tag, value in values:
+            head = heads.get(tag)
+            if head is None:
+                body = _bytes_field(1, tag.encode("utf-8")) + _field(2, 5)
+                head = heads[tag] = _field(1, 2) + _varint(len(body) + 4) + body
+            parts.append(head + _FLOAT.pack(value))
+        summary = b"".join(parts)
         if summary:
             self._record(_event(time.time() if wall_time is None else wall_time, step, _bytes_field(5, summary)))
 

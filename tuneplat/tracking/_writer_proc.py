@@ -2,8 +2,10 @@
 
 Run as a script (``python _writer_proc.py CSV TB``) with the standard library only, so
 that it starts in milliseconds. It reads JSON lines on stdin from the tuner:
-``["result", trial_id, trial_dir, result]`` and ``["end", trial_id]``; at end of input
-it closes every file and exits. Keeping this work out of the tuner's process keeps
+``["result", trial_id, trial_dir, result]``, ``["end", trial_id]`` and, when an
+experiment ends, ``["sync", token, trial_ids]`` (closes those trials' files, then
+writes ``token`` and a newline on stdout); at end of input it closes every file and
+exits. One such process serves every experiment a tuner process runs. Keeping this work out of the tuner's process keeps
 it off the tuner's GIL (the loop answers every report in a round trip).
 """
 
@@ -36,6 +38,7 @@ class TrialFiles:
         self.want_csv, self.want_tb = want_csv, want_tb
         self.csv_file: Any = None
         self.csv: Any = None
+        self.columns: list[str] = []
         self.tb: EventFile | None = None
 
     def write(self, result: dict[str, Any]) -> None:
@@ -48,10 +51,11 @@ class TrialFiles:
                     with open(name, newline="", encoding="utf-8") as f:
                         header = next(csv.reader(f), None)
                 self.csv_file = open(name, "a", newline="", encoding="utf-8")  # noqa: SIM115
-                self.csv = csv.DictWriter(self.csv_file, fieldnames=header or list(flat), extrasaction="ignore")
+                self.csv = csv.writer(self.csv_file)
+                self.columns = header or list(flat)
                 if not header:
-                    self.csv.writeheader()
-            self.csv.writerow(flat)
+                    self.csv.writerow(self.columns)
+            self.csv.writerow([flat.get(k, "") for k in self.columns])  # later keys are not columns (as Ray)
         if self.want_tb:
             if self.tb is None:
                 self.tb = EventFile(self.path)
@@ -82,6 +86,7 @@ def main() -> None:
 
     files: dict[str, TrialFiles] = {}
     fd = sys.stdin.fileno()
+    out = sys.stdout.buffer
     pending = b""
     failed = False
     while True:
@@ -100,6 +105,15 @@ def main() -> None:
                     tf.write(msg[3])
                 elif msg[0] == "end" and msg[1] in files:
                     files.pop(msg[1]).close()
+                elif msg[0] == "sync":  # ["sync", token, trial_ids]: the experiment ends; answer once closed
+                    for trial_id in msg[2]:
+                        tf = files.pop(trial_id, None)
+                        if tf is not None:
+                            tf.close()
+                    for tf in files.values():
+                        tf.flush()
+                    out.write(msg[1].encode() + b"\n")
+                    out.flush()
             except Exception as exc:  # noqa: BLE001 - these files are a convenience; say it once, go on
                 if not failed:
                     failed = True

@@ -1,0 +1,198 @@
+"""What the loop writes into trial folders: checkpoint commits and retention; params, results, errors.
+
+:class:`CheckpointCommits` is the loop's checkpoint pipeline. A rank stages a
+checkpoint and reports; the loop commits it (renames the staged folder into
+``checkpoint_NNNNNN``), records it on the trial, tells callbacks, and keeps
+``CheckpointConfig.num_to_keep`` of them, deleting the rest. On a local store
+all of this is inline. On a slow (remote) store commits and deletions run on
+I/O threads so that one slow request never delays another trial's decision:
+the trial's later events are held and handed back, in order, after its commit.
+
+Only the loop writes the journal: these objects record events through the
+writer the loop gives them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import IO, Any
+
+from .._config import CheckpointConfig
+from ..execution._executor import Event, Reported
+from ..storage._checkpoint import Checkpoint
+from ..storage._storage import CheckpointStore, checkpoint_name, retain
+from . import _events as ev
+from ._journal import to_jsonable
+from ._trial import Trial
+
+logger = logging.getLogger("tuneplat")
+
+__all__ = ["COMMIT_POLL_S", "CheckpointCommits", "TrialFiles"]
+
+COMMIT_POLL_S = 0.005  # how often the loop looks at remote commits in flight
+
+
+class CheckpointCommits:
+    """Commits staged checkpoints, records them on their trial, and applies retention.
+
+    Args:
+        store: the experiment's checkpoint store.
+        checkpoint_config: ``num_to_keep`` and the score to keep by.
+        record: the loop's journal writer (``checkpoint_saved``, ``checkpoint_deleted``).
+        on_checkpoint: called with ``(trial, checkpoint, metrics)`` for each recorded checkpoint (callbacks).
+    """
+
+    def __init__(self, store: CheckpointStore, checkpoint_config: CheckpointConfig | None,
+                 record: Callable[[ev.Event], None],
+                 on_checkpoint: Callable[[Trial, Checkpoint, dict[str, Any]], None]) -> None:
+        self.store = store
+        self._config = checkpoint_config
+        self._record = record
+        self._on_checkpoint = on_checkpoint
+        self._io_pool: ThreadPoolExecutor | None = None
+        self._in_flight: dict[str, tuple[Future[str | None], Reported]] = {}  # trial id -> (commit, its step)
+        self._held: dict[str, list[Event]] = {}  # trial id -> its events that arrived during the commit
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a remote commit is running (the loop polls for it every :data:`COMMIT_POLL_S`)."""
+        return bool(self._in_flight)
+
+    def hold(self, event: Event) -> bool:
+        """Keep ``event`` for later if its trial's checkpoint is being committed; True when it was held."""
+        held = self._held.get(getattr(event, "trial_id", ""))
+        if held is None:
+            return False
+        held.append(event)
+        return True
+
+    def submit(self, trial: Trial, event: Reported) -> bool:
+        """Commit ``event``'s staged checkpoint off the loop thread on a slow store; False: commit it inline."""
+        if not (event.staged and self.store.slow):
+            return False
+        self._in_flight[trial.trial_id] = (
+            self._pool().submit(self.store.commit, trial.path, checkpoint_name(event.iteration)), event)
+        self._held[trial.trial_id] = []
+        return True
+
+    def commit(self, trial: Trial, iteration: int) -> str | None:
+        """Commit the checkpoint staged for ``iteration`` now; its path, or None when the tuner cannot see it."""
+        return self.store.commit(trial.path, checkpoint_name(iteration))
+
+    def finished(self) -> Iterator[tuple[Reported, str | None, str | None, list[Event]]]:
+        """The steps whose remote commit is done: ``(step, path, failure message or None, events held meanwhile)``."""
+        for tid, (future, event) in list(self._in_flight.items()):
+            if not future.done():
+                continue
+            del self._in_flight[tid]
+            later = self._held.pop(tid)
+            try:
+                path = future.result()
+            except Exception as exc:  # noqa: BLE001 - the trial fails (and is retried); the loop goes on
+                yield event, None, (f"committing checkpoint {checkpoint_name(event.iteration)} failed: "
+                                    f"{type(exc).__name__}: {exc}"), later
+            else:
+                yield event, path, None, later
+
+    def record(self, trial: Trial, iteration: int, result: dict[str, Any], path: str) -> None:
+        """A committed checkpoint: on the trial, in the journal, to the callbacks; then retention."""
+        ckpt = Checkpoint(path, self.store.filesystem)
+        if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
+            trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
+        trial.checkpoints.append((ckpt, result))
+        self._record(ev.CheckpointSaved(trial_id=trial.trial_id, iteration=iteration, path=path,
+                                        metrics=to_jsonable(result)))
+        self._on_checkpoint(trial, ckpt, result)
+        self.apply_retention(trial)
+
+    def saved(self, trial: Trial, iteration: int) -> None:
+        """A checkpoint asked for by ``answer(save=True)`` (a result marked ``should_checkpoint``) was staged."""
+        result = next((r for r in reversed(trial.results) if r.get("training_iteration") == iteration),
+                      trial.last_result)
+        path = self.commit(trial, iteration)  # (rare: inline on every store)
+        if path is not None:
+            self.record(trial, iteration, result, path)
+
+    def apply_retention(self, trial: Trial) -> None:
+        """Delete the trial's checkpoints beyond ``CheckpointConfig.num_to_keep`` (by score, or the oldest)."""
+        cc = self._config
+        assert cc is not None
+        for pair in retain(trial.checkpoints, cc.num_to_keep, cc.checkpoint_score_attribute, cc.checkpoint_score_order):
+            trial.checkpoints.remove(pair)
+            if self.store.slow:
+                self._pool().submit(self._delete, pair[0].path)
+            else:
+                self._delete(pair[0].path)
+            self._record(ev.CheckpointDeleted(trial_id=trial.trial_id, path=pair[0].path))
+
+    def close(self) -> None:
+        """Wait for deletions (and commits of an ended loop) to finish."""
+        if self._io_pool is not None:
+            self._io_pool.shutdown(True)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._io_pool is None:
+            self._io_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tuneplat-io")
+        return self._io_pool
+
+    def _delete(self, path: str) -> None:
+        try:
+            self.store.delete(path)
+        except Exception as exc:  # noqa: BLE001 - a leftover folder costs space, not correctness
+            logger.warning("tuneplat: could not delete checkpoint %s: %s", path, exc)
+
+
+class TrialFiles:
+    """The files the loop keeps in each trial's folder, as Ray: ``params.json``, ``result.json``, ``error.txt``.
+
+    ``result.json`` (one JSON line per result) stays open while the trial runs.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[str, IO[str]] = {}
+
+    @staticmethod
+    def write_params(trial: Trial, config: Any) -> None:
+        """The trial's config in ``params.json``."""
+        with open(os.path.join(trial.path, "params.json"), "w", encoding="utf-8") as f:
+            json.dump(to_jsonable(config), f, indent=2, sort_keys=True)
+
+    @staticmethod
+    def write_error(trial: Trial) -> str | None:
+        """The trial's error and traceback in ``error.txt``; its path, or None when it could not be written."""
+        path = os.path.join(trial.path, "error.txt")
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write((trial.error_traceback or trial.error or "error").rstrip() + "\n")
+        except OSError:
+            logger.debug("tuneplat: could not write %s", path, exc_info=True)
+            return None
+        return path
+
+    def write_result(self, trial: Trial, line: str) -> None:
+        """Append one result (a JSON line) to the trial's ``result.json``."""
+        f = self._files.get(trial.trial_id)
+        if f is None:
+            f = self._files[trial.trial_id] = open(os.path.join(trial.path, "result.json"), "a",  # noqa: SIM115
+                                                   encoding="utf-8")
+        f.write(line + "\n")
+
+    def flush(self) -> None:
+        for f in self._files.values():
+            f.flush()
+
+    def close(self, trial_id: str) -> None:
+        """The trial's attempt ended: close its file (a later attempt appends)."""
+        f = self._files.pop(trial_id, None)
+        if f is not None:
+            f.close()
+
+    def close_all(self, guard: Callable[..., None]) -> None:
+        """Close every file, each through ``guard`` (the loop's clean-up wrapper)."""
+        for f in self._files.values():
+            guard(f.close)
+        self._files.clear()
