@@ -168,7 +168,7 @@ class _LeasedLedger(Ledger):
     def release(self, assignment: Assignment) -> None:
         self._session.unlease(assignment.address)
 
-    def check_fits_empty(self, request: Any, n: int, strategy: str = "PACK") -> None:
+    def check_fits_empty(self, request: Any, n: int, strategy: str = "PACK", starting: Any = ()) -> None:
         """Nothing to check here: the enclosing trial's tuner refuses a group that can never fit beside the trial."""
 
 
@@ -221,6 +221,7 @@ class DaskTrialExecutor(TrialExecutor):
         self._last_refresh = 0.0
         self._refresh_at: float | None = None
         self._starved_since: float | None = None
+        self._start_noted = 0  # the embedded cluster's start: 0 nothing said, 1 the first worker is up, 2 done
         self._events: list[Event] = []
         self._wake_events: collections.deque[tuple[str, Any]] = collections.deque()
         self._selector: selectors.BaseSelector | None = None
@@ -242,10 +243,12 @@ class DaskTrialExecutor(TrialExecutor):
         #: slow imports the first trials pay for (the progress line names them until the first report)
         self.heavy_imports = sorted({m.split(".")[0] for m in imports} & HEAVY_IMPORTS)
         self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0),
-                               security=self._security, say=ctx.say,
+                               security=self._security, say=ctx.say, wait=False,
                                # opt-in: measured slower on 2 cores, and a background `import torch` racing a
                                # task's unpickling of torch objects broke torch's own import (benchmarks/README)
                                imports=imports if env_str("TUNEPLAT_PRELOAD_IMPORTS") == "1" else ())
+        # a worker joining (the embedded cluster's start up) or its start ending: look again at once
+        self.cluster.on_change = lambda: self._wake(("cluster_changed", None))
         from ..train._session import current_session
 
         outer = current_session()
@@ -265,7 +268,9 @@ class DaskTrialExecutor(TrialExecutor):
         fewest = ctx.min_world_size or ctx.world_size  # (an elastic group starts with its minimum)
         self._refresh_ledger()
         try:
-            self.ledger.check_fits_empty(ctx.request, fewest, ctx.placement_strategy)
+            # the embedded cluster's workers still starting count as the slots they will be: a group that needs
+            # them waits for them (refused, with the numbers, only if it would not fit once they are all up)
+            self.ledger.check_fits_empty(ctx.request, fewest, ctx.placement_strategy, self.cluster.pending_slots())
         except PlacementError:
             if not self.cluster.may_grow:
                 raise  # the embedded cluster, or a fixed-size one whose workers are all there
@@ -327,7 +332,17 @@ class DaskTrialExecutor(TrialExecutor):
         return self.cluster.client
 
     def describe(self) -> str:
-        return f"the cluster has {self.ledger.describe()}, {len(self.ledger.quarantined)} quarantined"
+        text = f"the cluster has {self.ledger.describe()}, {len(self.ledger.quarantined)} quarantined"
+        starting = self.workers_ready
+        if starting is not None:
+            text += f", {starting[1] - starting[0]} more still starting"
+        return text
+
+    @property
+    def workers_ready(self) -> tuple[int, int] | None:
+        """``(workers up, workers asked for)`` while the embedded cluster's workers are still starting, else None
+        (the progress line shows it)."""
+        return self.cluster.workers_ready if self.cluster is not None else None
 
     def running(self) -> int:
         return len(self.groups)
@@ -364,7 +379,9 @@ class DaskTrialExecutor(TrialExecutor):
         return _Reservation(placement=placement, request=request)
 
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
-        self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy)
+        assert self.cluster is not None
+        self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy,
+                                     self.cluster.pending_slots())
 
     def gpu_memory_bytes(self) -> float | None:
         if self._device_bytes is None:
@@ -1321,6 +1338,36 @@ class DaskTrialExecutor(TrialExecutor):
         self.max_slots = max(self.max_slots, len(self.ledger.slots))
         again = len(self.ledger.slots) < self.max_slots or self.ledger.awaiting_replacement
         self._refresh_at = time.monotonic() + 0.25 if again else None
+        if self._start_noted < 2:
+            self._note_start()
+
+    def _note_start(self) -> None:
+        """Say how the embedded cluster's start goes: the first worker up (trials start), all of them, or a failure."""
+        cluster = self.cluster
+        assert cluster is not None
+        expected = cluster.expected_workers
+        say = getattr(getattr(self, "ctx", None), "say", None) or (lambda text: logger.info("%s", text))
+        if expected == 0:
+            self._start_noted = 2
+            return
+        error = cluster.start_error()
+        starting = cluster.workers_ready
+        ready = len(self.ledger.slots)
+        if error is not None:
+            self._start_noted = 2
+            why = f"{type(error).__name__}: {error}"
+            if ready == 0:
+                self._events.append(Starved(f"the embedded cluster's worker processes did not start ({why})"))
+            else:
+                say(f"tuneplat: only {ready} of {expected} worker processes started ({why}); going on with them")
+        elif starting is None:
+            self._start_noted = 2
+            if expected > 1:
+                say(f"tuneplat: all {expected} worker processes ready ({cluster.start_seconds:.1f}s)")
+        elif self._start_noted == 0 and ready >= 1:
+            self._start_noted = 1
+            say(f"tuneplat: {ready} of {expected} worker processes ready ({cluster.start_seconds:.1f}s); trials "
+                "start now, the others join as they come up")
 
     def _fail_group(self, group: _Group, message: str, tb: str | None = None) -> None:
         if group.failure is None:
