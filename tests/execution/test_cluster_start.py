@@ -13,7 +13,7 @@ import socket
 import uuid
 
 import dask
-import distributed  # noqa: F401 - its config defaults must be loaded before the fixture's dask.config.set
+import distributed  # (imported first: its config defaults must be loaded before the fixture's dask.config.set)
 import pytest
 
 import tuneplat
@@ -148,3 +148,37 @@ def test_ledger_counts_workers_still_starting_only_when_deciding_what_can_ever_f
         ledger.check_fits_empty({"CPU": 2}, 1, starting=starting)
     assert ledger.allocate({"CPU": 1}, 2) is None  # a starting worker is never placed on
     assert [a.address for a in ledger.allocate({"CPU": 1}, 1) or []] == ["tls://127.0.0.1:1"]
+
+
+def quick(config):
+    tuneplat.report({"loss": config["x"]})
+
+
+def refuse_to_start(monkeypatch, names: set[str]) -> None:
+    """The embedded cluster's nannies named in ``names`` fail to start their worker process (as when the machine
+    has no processes or memory left): a real start, failing where Dask's own start can fail."""
+    original = distributed.Nanny.start_unsafe
+
+    async def start_unsafe(self):
+        if str(self.name) in names:
+            raise OSError(f"nanny {self.name}: cannot start a worker process")
+        return await original(self)
+
+    monkeypatch.setattr(distributed.Nanny, "start_unsafe", start_unsafe)
+    monkeypatch.setenv("TUNEPLAT_NUM_CPUS", "2")
+
+
+def test_an_embedded_cluster_whose_workers_cannot_start_is_an_error_saying_why(monkeypatch, tmp_path):
+    refuse_to_start(monkeypatch, {"0", "1"})
+    tuner = Tuner(quick, param_space={"x": 0.0}, tune_config=TuneConfig(metric="loss", mode="min"),
+                  run_config=RunConfig(storage_path=str(tmp_path), mlflow=False, verbose=0))
+    with pytest.raises(RuntimeError, match=r"worker processes did not start: .*\(OSError: nanny .: cannot start a worker process\)"):
+        tuner.fit()
+
+
+def test_trials_go_on_with_the_workers_that_started(monkeypatch, tmp_path):
+    refuse_to_start(monkeypatch, {"1"})
+    grid = Tuner(quick, param_space={"x": tuneplat.grid_search([0.0, 1.0, 2.0])},
+                 tune_config=TuneConfig(metric="loss", mode="min"),
+                 run_config=RunConfig(storage_path=str(tmp_path), mlflow=False, verbose=0)).fit()
+    assert not grid.errors and len(grid) == 3

@@ -267,6 +267,10 @@ class DaskTrialExecutor(TrialExecutor):
         self.cluster.wait_for_workers()
         fewest = ctx.min_world_size or ctx.world_size  # (an elastic group starts with its minimum)
         self._refresh_ledger()
+        start_error = self.cluster.start_error()
+        if start_error is not None and not self.ledger.slots:
+            raise RuntimeError(f"the embedded cluster's worker processes did not start: {_why(start_error)}") \
+                from start_error
         try:
             # the embedded cluster's workers still starting count as the slots they will be: a group that needs
             # them waits for them (refused, with the numbers, only if it would not fit once they are all up)
@@ -1355,7 +1359,7 @@ class DaskTrialExecutor(TrialExecutor):
         ready = len(self.ledger.slots)
         if error is not None:
             self._start_noted = 2
-            why = f"{type(error).__name__}: {error}"
+            why = _why(error)
             if ready == 0:
                 self._events.append(Starved(f"the embedded cluster's worker processes did not start ({why})"))
             else:
@@ -1466,6 +1470,20 @@ def _pid_gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except (OSError, IndexError):
         return True
+
+
+def _why(error: BaseException) -> str:
+    """An error with what caused it (Dask's "Nanny failed to start." says why only in its cause)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    while id(error) not in seen and len(parts) < 4:
+        seen.add(id(error))
+        parts.append(f"{type(error).__name__}: {error}")
+        cause = error.__cause__ or error.__context__
+        if cause is None:
+            break
+        error = cause
+    return " (".join(parts) + ")" * (len(parts) - 1)
 
 
 def _process_gone(rank: Any) -> bool:
