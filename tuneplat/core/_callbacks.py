@@ -15,7 +15,8 @@ return the MLflow runs made meanwhile (:class:`~tuneplat.core._events.MlflowRun`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._events import Event
@@ -23,7 +24,9 @@ from ._events import Event
 if TYPE_CHECKING:
     from ._view import TunerView
 
-__all__ = ["Callback", "ControllerCallback"]
+__all__ = ["Callback", "Callbacks", "ControllerCallback"]
+
+logger = logging.getLogger("tuneplat")
 
 
 class ControllerCallback:
@@ -61,3 +64,99 @@ class ControllerCallback:
 
 #: The name ``tuneplat.tracking`` imports; the public ``tuneplat.Callback`` is the Ray-style one.
 Callback = ControllerCallback
+
+
+class Callbacks:
+    """The experiment's callbacks, as the loop calls them: each hook on every callback, in order.
+
+    Every hook gets the loop's read-only :class:`~tuneplat.core._view.TunerView`; what a hook hands back
+    (the MLflow runs it made) goes to ``record``, the loop's, after each callback, so a later callback
+    already sees it on the trial. The observability hooks (system metrics, stacks) and the mirrors'
+    backlog estimate never raise: their failures are logged at debug level.
+    """
+
+    def __init__(self, callbacks: Sequence[Any], view: TunerView,
+                 record: Callable[[Sequence[Event] | None], None]) -> None:
+        self.all = callbacks  # (the loop's list itself)
+        self._view = view
+        self._record = record
+
+    def experiment_start(self) -> None:
+        for cb in self.all:
+            self._record(cb.on_experiment_start(self._view))
+
+    def experiment_end(self, status: str) -> None:
+        """Every callback hears the end, even after another one failed (a callback must not lose the results)."""
+        for cb in self.all:
+            try:
+                self._record(cb.on_experiment_end(self._view, status))
+            except Exception:  # noqa: BLE001
+                logger.exception("tuneplat: callback %r failed at experiment end", cb)
+
+    def trial_add(self, trial: Any) -> None:
+        for cb in self.all:
+            self._record(cb.on_trial_add(self._view, trial))
+
+    def trial_start(self, trial: Any) -> None:
+        for cb in self.all:
+            self._record(cb.on_trial_start(self._view, trial))
+
+    def trial_result(self, trial: Any, result: dict[str, Any]) -> None:
+        for cb in self.all:
+            self._record(cb.on_trial_result(self._view, trial, result))
+
+    def checkpoint(self, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
+        for cb in self.all:
+            cb.on_checkpoint(self._view, trial, checkpoint, metrics)
+
+    def trial_superseded(self, trial: Any, after_iteration: int) -> None:
+        for cb in self.all:
+            cb.on_trial_superseded(self._view, trial, after_iteration)
+
+    def trial_failure(self, trial: Any, message: str, will_retry: bool) -> None:
+        for cb in self.all:
+            cb.on_trial_failure(self._view, trial, message, will_retry)
+
+    def trial_resize(self, trial: Any, old: int, new: int, reason: str) -> None:
+        for cb in self.all:
+            hook = getattr(cb, "on_trial_resize", None)
+            if hook is not None:
+                hook(self._view, trial, old, new, reason)
+
+    def trial_exploit(self, trial: Any, event: dict[str, Any]) -> None:
+        for cb in self.all:
+            cb.on_trial_exploit(self._view, trial, event)
+
+    def trial_complete(self, trial: Any) -> None:
+        for cb in self.all:
+            self._record(cb.on_trial_complete(self._view, trial))
+
+    def system_metrics(self, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
+        for cb in self.all:
+            hook = getattr(cb, "on_system_metrics", None)
+            if hook is not None:
+                try:
+                    hook(self._view, trial, ranks, timestamp)
+                except Exception:  # noqa: BLE001 - observability must never end an experiment
+                    logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
+
+    def stacks(self, trial: Any, path: str | None, summary: str, reason: str) -> None:
+        for cb in self.all:
+            hook = getattr(cb, "on_stacks", None)
+            if hook is not None:
+                try:
+                    hook(self._view, trial, path, summary, reason)
+                except Exception:  # noqa: BLE001
+                    logger.debug("tuneplat: on_stacks failed", exc_info=True)
+
+    def backlog_s(self) -> float:
+        """How long the end of the experiment will wait for mirrors (the MLflow uploader's backlog), in seconds."""
+        lags = [0.0]
+        for cb in self.all:
+            backlog = getattr(cb, "backlog_s", None)
+            if callable(backlog):
+                try:
+                    lags.append(float(backlog()))
+                except Exception:  # noqa: BLE001 - an estimate; never worth ending the experiment
+                    logger.debug("tuneplat: backlog estimate failed", exc_info=True)
+        return max(lags)

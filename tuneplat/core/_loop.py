@@ -51,16 +51,16 @@ from ..execution._executor import (
     TrialSpec,
 )
 from ..search._searcher import BasicVariantGenerator, Searcher
-from ..storage._checkpoint import Checkpoint
 from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name
 from ..tracking._progress import ProgressReporter
 from . import _events as ev
 from ._actions import SchedulerActions
+from ._callbacks import Callbacks
 from ._commits import COMMIT_POLL_S, CheckpointCommits, TrialFiles
-from ._gpu_auto import GpuMemoryAuto
 from ._journal import Journal, pickle_hex, to_jsonable
 from ._oom import OOM, failure_kind, shrink_config
 from ._search import restore_algorithms, set_objective
+from ._shapes import ShapeRefused, TrialShapes
 from ._stop import MetricCheck, StopRules
 from ._trial import RunState, Trial, TrialStatus
 from ._view import TunerView
@@ -77,10 +77,11 @@ class TuneError(RuntimeError):
 class TuneLoop:
     """Runs one experiment to the end (see the module docstring).
 
-    Callbacks receive this object as their first argument and read ``trials``,
-    ``by_id``, ``experiment_dir``, ``experiment_name``, ``metric``, ``mode``,
-    ``param_space``, ``tc``, ``rc``, ``scheduler``, ``searcher``, ``journal``,
-    ``resume``, ``request`` and ``world_size``; treat them as read-only.
+    It owns the trials and their transitions and is the journal's one writer; it gives checkpoint commits
+    (:class:`~tuneplat.core._commits.CheckpointCommits`), the scheduler's decisions and actions
+    (:class:`~tuneplat.core._actions.SchedulerActions`), trial shapes (:class:`~tuneplat.core._shapes.TrialShapes`)
+    and the callbacks' hooks (:class:`~tuneplat.core._callbacks.Callbacks`) to objects of their own. Callbacks
+    receive :attr:`view` (a read-only :class:`~tuneplat.core._view.TunerView`), never the loop.
     """
 
     def __init__(self, *, trainable: Any, param_space: Mapping[str, Any], tune_config: TuneConfig,
@@ -92,14 +93,6 @@ class TuneLoop:
                  trial_io: Any = None) -> None:
         self.trainable = trainable
         self.trial_io = trial_io  # each trial's working directory and captured output (execution/_trial_io.py)
-        #: per-trial resources (``with_resources(fn)``, a ScalingConfig with search domains): config -> ScalingConfig
-        self.trial_resources = trial_resources
-        self._shapes: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> (request per rank, ranks)
-        self._shapes_checked: set[str] = set()
-        #: GPU_memory="auto": the figure chosen per trial from its shape's measured peaks (core/_gpu_auto.py)
-        self.gpu_auto = GpuMemoryAuto()
-        self._resolved: dict[str, tuple[dict[str, float], int]] = {}  # trial id -> its auto-sized shape
-        self._auto_seeded = False  # restored trials' peaks were read (see _seed_gpu_auto)
         self.raw_trainable = raw_trainable
         self.executor = executor
         self.store = store
@@ -117,6 +110,8 @@ class TuneLoop:
         self.mode: Any = tune_config.mode
         self.request = scaling_config.per_worker()
         self.world_size = scaling_config.max_workers
+        #: each trial's (resources per rank, ranks): its own (per-trial resources), GPU_memory="auto" sized
+        self.shapes = TrialShapes(self.request, self.world_size, trial_resources, executor)
         #: an elastic group's fewest ranks (ScalingConfig(num_workers=(min, max))); None for fixed-size groups
         self.min_world_size = scaling_config.min_workers if scaling_config.elastic else None
         self._resize_reasons: dict[str, tuple[int | None, str]] = {}  # trial id -> (old size, why) until it restarts
@@ -127,6 +122,8 @@ class TuneLoop:
         self.trials: list[Trial] = list(trials or [])
         self.by_id: dict[str, Trial] = {t.trial_id: t for t in self.trials}
         self.view = TunerView(self)  # what callbacks see (read-only)
+        #: every hook on every callback, with the view; what hooks hand back is recorded by the loop
+        self.hooks = Callbacks(self.callbacks, self.view, self._record)
         self.queue: collections.deque[Trial] = collections.deque()
         self.running: dict[str, RunState] = {}
         self.searcher_done = False
@@ -141,13 +138,13 @@ class TuneLoop:
         self._exp_tag = os.urandom(3).hex()[:5]
         self.stop_rules = StopRules(run_config.stop)
         #: checkpoint commits, retention (remote stores: on I/O threads) and each trial's result.json
-        self.commits = CheckpointCommits(store, run_config.checkpoint_config, self._write, self._on_checkpoint)
+        self.commits = CheckpointCommits(store, run_config.checkpoint_config, self._write, self.hooks.checkpoint)
         self.trial_files = TrialFiles()
         #: the scheduler's decisions on results and its queued actions (stop, resume, PBT's exploit)
         self.actions = SchedulerActions(
             scheduler=self.scheduler, stop_rules=self.stop_rules, trials=self.by_id, running=self.running,
             queue=self.queue, store=store, record=self._write, end_trial=self._end_trial,
-            check_stop_all=self._check_stop_all, on_exploit=self._on_exploit)
+            check_stop_all=self._check_stop_all, on_exploit=self.hooks.trial_exploit)
         self.checks = MetricCheck(self.metric, self.stop_rules.stop_keys)
         self._deadline: float | None = None  # set once the cluster is up: the budget is for trials
         self._budget_note = False
@@ -203,8 +200,7 @@ class TuneLoop:
                 resume=self.resume,
                 scaling={"num_workers": self.world_size, "resources_per_worker": to_jsonable(self.request),
                          **({"min_workers": self.min_world_size} if self.min_world_size is not None else {})}))
-            for cb in self.callbacks:
-                self._record(cb.on_experiment_start(self.view))
+            self.hooks.experiment_start()
             if threading.current_thread() is threading.main_thread():
                 old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
             self._looping = True
@@ -268,16 +264,12 @@ class TuneLoop:
     def _close(self) -> None:
         self._guarded(self._end_unfinished)
         status = self.status
-        lag = self._mirror_lag_s()
+        lag = self.hooks.backlog_s()
         if lag >= 1.0:
             self.reporter.say(f"tuneplat: trials ended after {self.reporter.elapsed_text()}; writing what is left "
                               f"to MLflow (~{lag:.0f}s)")
         tb = "".join(traceback.format_exception(self.error)) if self.error is not None else None
-        for cb in self.callbacks:
-            try:
-                self._record(cb.on_experiment_end(self.view, status))
-            except Exception:  # noqa: BLE001 - a callback must not lose the results
-                logger.exception("tuneplat: callback %r failed at experiment end", cb)
+        self.hooks.experiment_end(status)
         journal = self.journal
         if journal is not None:
             end = ev.ExperimentEnd(status=status, error=f"{type(self.error).__name__}: {self.error}" if tb else None,
@@ -320,7 +312,7 @@ class TuneLoop:
         if self.commits.hold(event):  # its trial's checkpoint is being committed: in order, after it
             return
         if isinstance(event, Reported):
-            self.gpu_auto.observe(event.trial_id, event.result)  # (a trial sized by GPU_memory="auto" teaches)
+            self.shapes.gpu_auto.observe(event.trial_id, event.result)  # (a trial sized by GPU_memory="auto" teaches)
             self._on_step(event)
         elif isinstance(event, Saved):  # a checkpoint asked for by answer(save=True)
             self.commits.saved(self.by_id[event.trial_id], event.iteration)
@@ -349,13 +341,7 @@ class TuneLoop:
         trial = self.by_id.get(event.trial_id)
         if trial is None:
             return
-        for cb in self.callbacks:
-            hook = getattr(cb, "on_system_metrics", None)
-            if hook is not None:
-                try:
-                    hook(self.view, trial, event.system, event.timestamp)
-                except Exception:  # noqa: BLE001 - observability must never end an experiment
-                    logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
+        self.hooks.system_metrics(trial, event.system, event.timestamp)
         last = self._stats_journaled.get(event.trial_id, 0.0)
         if event.timestamp - last >= self._stats_journal_s:
             self._stats_journaled[event.trial_id] = event.timestamp
@@ -367,15 +353,8 @@ class TuneLoop:
         self._write(ev.Stacks(trial_id=event.trial_id, path=event.path, summary=event.summary,
                                       reason=event.reason))
         trial = self.by_id.get(event.trial_id)
-        if trial is None:
-            return
-        for cb in self.callbacks:
-            hook = getattr(cb, "on_stacks", None)
-            if hook is not None:
-                try:
-                    hook(self.view, trial, event.path, event.summary, event.reason)
-                except Exception:  # noqa: BLE001
-                    logger.debug("tuneplat: on_stacks failed", exc_info=True)
+        if trial is not None:
+            self.hooks.stacks(trial, event.path, event.summary, event.reason)
 
     def _finished(self) -> bool:
         if self.running or (self.queue and not self.stopping):
@@ -497,8 +476,7 @@ class TuneLoop:
         self._write(ev.TrialAdd(trial_id=trial_id, config=to_jsonable(config), path=trial.path,
                                         name=trial.name, config_pickle=pickle_hex(config)))
         self.scheduler.on_trial_add(trial_id, config)
-        for cb in self.callbacks:
-            self._record(cb.on_trial_add(self.view, trial))
+        self.hooks.trial_add(trial)
         return trial
 
     def _suggest(self) -> Trial | None:
@@ -518,23 +496,11 @@ class TuneLoop:
         self.suggested += 1
         return self._new_trial(config)
 
-    def _mirror_lag_s(self) -> float:
-        """How long the end of the experiment will wait for mirrors (the MLflow uploader's backlog)."""
-        lags = [0.0]
-        for cb in self.callbacks:
-            backlog = getattr(cb, "backlog_s", None)
-            if callable(backlog):
-                try:
-                    lags.append(float(backlog()))
-                except Exception:  # noqa: BLE001 - an estimate; never worth ending the experiment
-                    logger.debug("tuneplat: backlog estimate failed", exc_info=True)
-        return max(lags)
-
     def _budget_spent(self) -> bool:
         """Starting another trial would carry the end past the time budget: the mirror's backlog fills the rest."""
         if self._deadline is None:
             return False
-        lag = self._mirror_lag_s()
+        lag = self.hooks.backlog_s()
         spent = self.executor.now() + lag >= self._deadline
         if spent and not self._budget_note:
             self._budget_note = True
@@ -568,7 +534,7 @@ class TuneLoop:
                 self.queue.popleft()
                 self._start(trial, reservation)
                 continue
-            if self.gpu_auto.wants(self.request):  # GPU_memory="auto": its room depends on the trial's figure
+            if self.shapes.gpu_auto.wants(self.request):  # GPU_memory="auto": its room depends on the trial's figure
                 new = self._suggest()
                 if new is not None:
                     self.queue.appendleft(new)  # it waits, first in line, for room of its figure
@@ -592,55 +558,13 @@ class TuneLoop:
 
     def _shape(self, trial: Trial) -> tuple[dict[str, float], int] | None:
         """``(request per rank, ranks)`` of the trial, ``GPU_memory="auto"`` sized now; None: it can never run."""
-        shape = self._trial_shape(trial)
-        if shape is None or not self.gpu_auto.wants(shape[0]):
-            return shape
-        if not self._auto_seeded:
-            self._seed_gpu_auto()
-        device = self.executor.gpu_memory_bytes()
-        resolved = (self.gpu_auto.resolve(trial.trial_id, shape[0], shape[1], device), shape[1])
-        self._resolved[trial.trial_id] = resolved
-        return resolved
-
-    def _seed_gpu_auto(self) -> None:
-        """``Tuner.restore``: the peaks that the restored trials reported size the trials of their shapes."""
-        self._auto_seeded = True
-        for t in self.trials:
-            if not t.results:
-                continue
-            shape = self._shapes.get(t.trial_id)
-            if shape is None and self.trial_resources is None:
-                shape = (self.request, self.world_size)
-            elif shape is None:
-                try:
-                    sc = self.trial_resources(t.config)  # type: ignore[misc]
-                    shape = (sc.per_worker(), sc.max_workers)
-                except (TypeError, ValueError):
-                    continue  # (its own failure is told when it runs)
-            if self.gpu_auto.wants(shape[0]):
-                for result in t.results:
-                    self.gpu_auto.learn(shape[0], shape[1], result)
-
-    def _trial_shape(self, trial: Trial) -> tuple[dict[str, float], int] | None:
-        """``(request per rank, ranks)`` of the trial as asked; None when it can never run (it is ended as ERROR)."""
-        if self.trial_resources is None:
-            return self.request, self.world_size
-        shape = self._shapes.get(trial.trial_id)
-        if shape is None:
-            try:
-                sc = self.trial_resources(trial.config)
-                shape = (sc.per_worker(), sc.max_workers)  # (per-trial groups have a fixed size)
-                key = repr((sorted(shape[0].items()), shape[1]))
-                if key not in self._shapes_checked:
-                    self.executor.check_fits(*shape)
-                    self._shapes_checked.add(key)
-            except (TypeError, ValueError) as exc:  # a bad resources function/value, or a shape that never fits
-                trial.error = f"{type(exc).__name__}: {exc}"
-                self.reporter.say(f"tuneplat: trial {trial.trial_id} cannot run: {trial.error}")
-                self._end_trial(trial, TrialStatus.ERROR)
-                return None
-            self._shapes[trial.trial_id] = shape
-        return shape
+        try:
+            return self.shapes.of(trial, self.trials)
+        except ShapeRefused as exc:  # a bad resources function/value, or a shape that never fits
+            trial.error = str(exc)
+            self.reporter.say(f"tuneplat: trial {trial.trial_id} cannot run: {trial.error}")
+            self._end_trial(trial, TrialStatus.ERROR)
+            return None
 
     def _could_start(self) -> int:
         """How many trials could start now if there were room: queued ones, then new suggestions (elastic only)."""
@@ -686,7 +610,7 @@ class TuneLoop:
                          config=trial.config, start_iteration=start_iteration, time_offset=time_offset,
                          checkpoint_path=checkpoint.path if checkpoint else None,
                          remote_trial_dir=self.store.trial_url(trial.path),
-                         request=self._started_shape(trial)[0], world_size=self._started_shape(trial)[1])
+                         request=self.shapes.started(trial)[0], world_size=self.shapes.started(trial)[1])
         self.running[trial.trial_id] = RunState(attempt, resumed_from_clone=cloned)
         trial.status = TrialStatus.RUNNING
         trial.pending_decision = None
@@ -697,16 +621,10 @@ class TuneLoop:
             # its own resources (with_resources(fn), a ScalingConfig with domains)
             resources=None if spec.request is None else {"num_workers": spec.world_size,
                                                           "resources_per_worker": dict(spec.request)},
-            gpu_memory_auto=self.gpu_auto.note(trial.trial_id) if trial.trial_id in self._resolved else None))
+            gpu_memory_auto=self.shapes.gpu_auto.note(trial.trial_id) if self.shapes.auto_sized(trial.trial_id) else None))
         self._record_world_size(trial, len(where), start_iteration)
-        for cb in self.callbacks:
-            self._record(cb.on_trial_start(self.view, trial))
+        self.hooks.trial_start(trial)
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
-
-    def _started_shape(self, trial: Trial) -> tuple[dict[str, float] | None, int | None]:
-        """The shape a trial starts with: its auto-sized one, its own, or None (the experiment's)."""
-        got = self._resolved.get(trial.trial_id) or self._shapes.get(trial.trial_id)
-        return got if got is not None else (None, None)
 
     def _record_world_size(self, trial: Trial, size: int, start_iteration: int) -> None:
         """An elastic trial's group started with ``size`` ranks: journal a resize when that changed."""
@@ -725,16 +643,12 @@ class TuneLoop:
         self._write(ev.Resize(trial_id=trial.trial_id, from_world_size=old, to_world_size=size,
                                       iteration=start_iteration, reason=why, message=message))
         self.reporter.event(f"trial {trial.trial_id} {message}")
-        for cb in self.callbacks:
-            hook = getattr(cb, "on_trial_resize", None)
-            if hook is not None:
-                hook(self.view, trial, old, size, why)
+        self.hooks.trial_resize(trial, old, size, why)
 
     def _supersede(self, trial: Trial, after: int) -> None:
         moved = trial.supersede_after(after)
         self._write(ev.Superseded(trial_id=trial.trial_id, after_iteration=after, count=moved))
-        for cb in self.callbacks:
-            cb.on_trial_superseded(self.view, trial, after)
+        self.hooks.trial_superseded(trial, after)
 
     # ------------------------------------------------------------------ results and decisions
     def _on_step(self, event: Reported) -> None:
@@ -803,8 +717,7 @@ class TuneLoop:
                            "as the worst value", trial.trial_id, m, v, result.get("training_iteration"))
             self._write(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
         self.searcher.on_trial_result(trial.trial_id, result)
-        for cb in self.callbacks:
-            self._record(cb.on_trial_result(self.view, trial, result))
+        self.hooks.trial_result(trial, result)
         decision, reason = self.actions.decide(trial, run, result)
         if decision is not Decision.CONTINUE:
             run.decision = decision
@@ -872,8 +785,8 @@ class TuneLoop:
         max_failures = fc.max_failures
         kind = failure_kind(message, tb)
         trial.error_kind = kind
-        if kind == OOM and trial.trial_id in self._resolved:  # GPU_memory="auto": successors ask for more
-            line = self.gpu_auto.on_oom(trial.trial_id, self.executor.gpu_memory_bytes())
+        if kind == OOM and self.shapes.auto_sized(trial.trial_id):  # GPU_memory="auto": successors ask for more
+            line = self.shapes.gpu_auto.on_oom(trial.trial_id, self.executor.gpu_memory_bytes())
             if line:
                 self.reporter.event(line)
         shrunk = self._oom_shrink(trial, message) if kind == OOM else None
@@ -889,8 +802,7 @@ class TuneLoop:
             self._write(ev.OomRetry(trial_id=trial.trial_id, retry=trial.oom_retries, change=to_jsonable(change),
                                             old_config=to_jsonable(old), new_config=to_jsonable(trial.config),
                                             config_pickle=pickle_hex(trial.config)))
-        for cb in self.callbacks:
-            cb.on_trial_failure(self.view, trial, message, retry)
+        self.hooks.trial_failure(trial, message, retry)
         if shrunk is not None:
             changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in shrunk[1].items())
             self.reporter.event(f"trial {trial.trial_id} ran out of memory; retrying with {changes} "
@@ -942,14 +854,6 @@ class TuneLoop:
         assert self.journal is not None
         self.journal.append(event)
 
-    def _on_checkpoint(self, trial: Trial, ckpt: Checkpoint, result: dict[str, Any]) -> None:
-        for cb in self.callbacks:
-            cb.on_checkpoint(self.view, trial, ckpt, result)
-
-    def _on_exploit(self, trial: Trial, event: dict[str, Any]) -> None:
-        for cb in self.callbacks:
-            cb.on_trial_exploit(self.view, trial, event)
-
     def _record(self, handed_back: Any) -> None:
         """What a callback's hook returned: the MLflow runs made for the experiment and its trials.
 
@@ -986,8 +890,7 @@ class TuneLoop:
             self.scheduler.on_trial_complete(trial.trial_id, trial.last_result or None)
             info = {"pruned": True} if trial.stopped_by_scheduler else {}
             self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False, **info)
-        for cb in self.callbacks:
-            self._record(cb.on_trial_complete(self.view, trial))
+        self.hooks.trial_complete(trial)
 
     def _teardown_all(self, reason: str) -> None:
         """End every running group (Ctrl-C, SIGTERM, an error in the loop) and wait for them."""

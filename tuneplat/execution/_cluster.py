@@ -29,6 +29,8 @@ logger = logging.getLogger("tuneplat")
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
+_PRELOAD = "tuneplat.execution._worker_preload"
+
 #: imports slow enough to name while the workers start (seconds each on a small machine)
 HEAVY_IMPORTS = frozenset({"torch", "transformers", "lightning", "pytorch_lightning", "tensorflow", "jax", "sklearn",
                             "xgboost", "lightgbm"})
@@ -170,11 +172,18 @@ class Cluster:
     127.0.0.1; TLS with temporary certificates unless ``TUNEPLAT_LOCAL_TLS=0``,
     so that no other local user can connect to its scheduler or workers),
     which :meth:`close` shuts down. Clusters that were given are left running.
+
+    The embedded cluster's workers start in parallel; with ``wait=False`` the
+    constructor returns once its scheduler is up, and the workers join as they
+    come up (:attr:`workers_ready`, :meth:`pending_slots`, :attr:`on_change`):
+    the tuner starts a trial as soon as one worker can run it. With
+    ``wait=True`` (the default) it returns once they are all up, as
+    ``LocalCluster(n_workers=...)`` does, and raises if one cannot start.
     """
 
     def __init__(self, client: Any = None, address: str | None = None, cpus_per_rank: float = 1.0,
                  say: Callable[[str], None] | None = None, imports: Sequence[str] = (),
-                 security: Any = None) -> None:
+                 security: Any = None, wait: bool = True) -> None:
         import dask
         from distributed import Client
 
@@ -182,6 +191,13 @@ class Cluster:
         self.local_cluster = None
         self.owns_client = False
         self.local_gpus = 0
+        #: the embedded cluster's worker processes (0: not ours), and how its start went
+        self.expected_workers = 0
+        self._per_cpu = 1.0
+        self._start: Any = None  # concurrent.futures.Future of the workers' start
+        self._started_at = 0.0
+        #: called (from Dask's event loop thread) when a worker joins the embedded cluster or its start ends
+        self.on_change: Callable[[], None] | None = None
         asked = requested()  # tuneplat.init(num_cpus=, num_gpus=, address=)
         address = address if address is not None or client is not None else asked.address
         if client is None and address is None:
@@ -225,22 +241,130 @@ class Cluster:
                     + (f" (importing {', '.join(sorted({m.split('.')[0] for m in heavy}))})" if heavy else "")
                     + "…")
             # the preload makes worker processes ignore Ctrl-C (the tuner ends trials and closes the cluster), and
-            # imports what the trainable needs in the background while the cluster and the tuner get ready
-            spawn_env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+            # imports what the trainable needs in the background while the cluster and the tuner get ready. Given
+            # to the workers explicitly (after the user's own Dask preloads): they are made after this block
+            preload = [p for p in (dask.config.get("distributed.worker.preload", None) or [])
+                       if p != _PRELOAD] + [_PRELOAD]
+            worker_env: dict[str, str] = {}
             if imports:
                 from ._worker_preload import IMPORTS_ENV
 
-                spawn_env[IMPORTS_ENV] = ",".join(imports)
-            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0,
-                                  "distributed.worker.preload": ["tuneplat.execution._worker_preload"],
-                                  "distributed.nanny.pre-spawn-environ": spawn_env}):
+                worker_env[IMPORTS_ENV] = ",".join(imports)
+            from distributed.worker_memory import parse_memory_limit
+
+            with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
+                # the scheduler now, the workers asked for and not waited for (see _start_workers): a trial
+                # starts as soon as one worker can run it, the others join as they come up
                 self.local_cluster = LocalCluster(
-                    n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
-                    security=security,
+                    security=security, preload=preload, env=worker_env,
+                    # (what LocalCluster(n_workers=n) gives each worker: the machine's memory split n ways)
+                    memory_limit=parse_memory_limit("auto", 1, n_workers, logger=logger),
                 )
-            self.client = Client(self.local_cluster, set_as_default=False, security=security)
+            self.expected_workers = n_workers
+            self._per_cpu = float(per)
+            self._start_workers(n_workers)
+            # by its address: a Client given the cluster object would wait for every worker (it awaits the cluster)
+            self.client = Client(self.local_cluster.scheduler_address, set_as_default=False, security=security)
             self.owns_client = True
+            if wait:
+                try:
+                    self._await_start()
+                except BaseException:
+                    self.close()
+                    raise
+
+    def _start_workers(self, n: int) -> None:
+        """Ask the embedded cluster for its ``n`` workers, in parallel, without waiting for them.
+
+        What ``LocalCluster.scale(n)`` does (the spec of ``n`` workers, then
+        ``_correct_state`` on the cluster's event loop), except that the start
+        is a future here: a worker that cannot start is an error the tuner can
+        report (``scale()`` would only log it). A scheduler plugin says when each
+        worker joins, so that placement looks again at once.
+        """
+        import concurrent.futures
+        import time
+
+        from distributed.diagnostics.plugin import SchedulerPlugin
+
+        cluster = self.local_cluster
+        assert cluster is not None
+        changed = self._changed
+
+        class _Joined(SchedulerPlugin):
+            def add_worker(self, scheduler: Any, worker: str) -> None:
+                changed()
+
+        cluster.scheduler.add_plugin(_Joined(), name="tuneplat-worker-joined")
+        for _ in range(n):
+            cluster.worker_spec.update(cluster.new_worker_spec())
+
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        async def start() -> None:
+            try:
+                await cluster._correct_state()
+            except BaseException as exc:  # noqa: BLE001 - the tuner reports it (start_error)
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        self._started_at = time.monotonic()
+        self._start = done
+        done.add_done_callback(lambda _f: changed())
+        assert cluster.loop is not None
+        cluster.loop.add_callback(start)
+
+    def _await_start(self) -> None:
+        """Until every worker of the embedded cluster is up; raises why one could not start."""
+        if self._start is not None:
+            self._start.result()
+
+    def _changed(self) -> None:
+        callback = self.on_change
+        if callback is not None:
+            callback()
+
+    @property
+    def workers_ready(self) -> tuple[int, int] | None:
+        """``(workers up, workers asked for)`` while the embedded cluster's workers are still starting, else None."""
+        if self._start is None or self._start.done():
+            return None
+        cluster = self.local_cluster
+        ready = len(getattr(getattr(cluster, "scheduler", None), "workers", {}) or {})
+        return (ready, self.expected_workers) if ready < self.expected_workers else None
+
+    @property
+    def start_seconds(self) -> float:
+        """Seconds since the embedded cluster's workers were asked for."""
+        import time
+
+        return time.monotonic() - self._started_at if self._started_at else 0.0
+
+    def start_error(self) -> BaseException | None:
+        """Why the embedded cluster's workers did not all start (None: they did, or are still starting)."""
+        if self._start is None or not self._start.done() or self._start.cancelled():
+            return None
+        return self._start.exception()  # type: ignore[no-any-return]
+
+    def pending_slots(self) -> list[Slot]:
+        """The embedded cluster's workers asked for and not up yet, as the slots they will be.
+
+        Only for deciding whether a trial can *ever* fit: a request that needs
+        more workers than have joined so far waits for them instead of being
+        refused. Every worker of the embedded cluster is alike (127.0.0.1, the
+        same CPUs, this machine's GPUs), so its slots are known in advance.
+        """
+        starting = self.workers_ready
+        if starting is None:
+            return []
+        ready, expected = starting
+        gpus = [1.0] * self.local_gpus
+        pool = "host:127.0.0.1" if self.local_gpus else None
+        return [Slot(f"(worker {i + 1} of {expected}, starting)", "127.0.0.1", self._per_cpu, {}, pool, list(gpus))
+                for i in range(ready, expected)]
 
     def wait_for_workers(self) -> None:
         """Wait (bounded) until the cluster has the workers it is meant to have.
@@ -251,6 +375,8 @@ class Cluster:
         clusters (and adaptive ones, which start at zero) are waited for by
         :meth:`wait_to_fit`, which also asks for the workers a trial needs.
         """
+        if self.local_cluster is not None:
+            return  # ours: trials start as its workers come up (see _start_workers)
         spec = getattr(getattr(self.client, "cluster", None), "worker_spec", None)
         if not spec:
             return
@@ -440,11 +566,19 @@ class Cluster:
             return []
         import psutil  # a dependency of distributed
 
-        procs: list[Any] = []
+        pids: set[int] = set()
         for nanny in list(getattr(self.local_cluster, "workers", {}).values()):
             pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
-            if not pid:
-                continue
+            if pid:
+                pids.add(pid)
+        # workers that joined while others still start are not in `workers` yet: the scheduler knows them
+        try:
+            known = list((getattr(getattr(self.local_cluster, "scheduler", None), "workers", None) or {}).values())
+        except RuntimeError:  # (changed meanwhile, on the cluster's event loop)
+            known = []
+        pids.update(ws.pid for ws in known if getattr(ws, "pid", None))
+        procs: list[Any] = []
+        for pid in sorted(pids):
             try:
                 proc = psutil.Process(pid)
                 procs += [proc, *proc.children(recursive=True)]
@@ -742,14 +876,25 @@ class Ledger:
                 return n
         return 0
 
-    def check_fits_empty(self, request: Mapping[str, float], n: int, strategy: str = "PACK") -> None:
-        """Raise PlacementError when ``n`` ranks of ``request`` can never fit."""
-        pools = {k: list(v) for k, v in self._pool_size.items()}
-        if self._allocate(request, n, strategy, set(), pools) is None:  # an empty cluster
+    def check_fits_empty(self, request: Mapping[str, float], n: int, strategy: str = "PACK",
+                         starting: Sequence[Slot] = ()) -> None:
+        """Raise PlacementError when ``n`` ranks of ``request`` can never fit.
+
+        ``starting``: workers asked for and not up yet (the embedded cluster's,
+        :meth:`Cluster.pending_slots`): counted as the slots they will be, so a
+        request that needs them waits for them instead of being refused.
+        """
+        ledger = self
+        if starting:
+            ledger = Ledger()
+            ledger.refresh([*self.slots.values(), *starting])
+        pools = {k: list(v) for k, v in ledger._pool_size.items()}
+        if ledger._allocate(request, n, strategy, set(), pools) is None:  # an empty cluster
             need = ", ".join(f"{k}={v:g}" for k, v in request.items())
+            more = f" ({len(starting)} of them still starting)" if starting else ""
             raise PlacementError(
                 f"A trial needs {n} rank(s) with {{{need}}} each (one Dask worker process per rank), "
-                f"but the cluster has {self.describe()}. Lower ScalingConfig(num_workers=..., "
+                f"but the cluster has {ledger.describe()}{more}. Lower ScalingConfig(num_workers=..., "
                 "resources_per_worker=...), or add workers/GPUs to the cluster (the embedded cluster: "
                 f"TUNEPLAT_NUM_CPUS={max(n, 2)} gives it that many worker slots, more than the cores if need be, "
                 "as Ray's RAY_OVERRIDE_RESOURCES)."

@@ -36,6 +36,7 @@ from schedulers import Decision
 from .._settings import env_seconds, env_str
 from ..train._session import RankSpec
 from ..train._telemetry import system_metrics_period
+from . import _protocol as proto
 from ._channel import Conn, Listener, new_token, parse_port_range, token_id
 from ._cluster import HEAVY_IMPORTS, Assignment, Cluster, Ledger, trainable_imports
 from ._errors import PlacementError
@@ -61,7 +62,6 @@ from ._observe import WorkerBoard, rank_row
 from ._runner import run_rank
 from ._stacks import RankRef
 from ._stacks import capture as capture_stacks
-from ._wire import send_msg
 
 __all__ = ["DaskTrialExecutor"]
 
@@ -103,7 +103,7 @@ class _Group:
     started: float = field(default_factory=time.monotonic)
     reports: dict[int, dict[int, tuple[Any, bool]]] = field(default_factory=dict)
     saves: dict[int, set[int]] = field(default_factory=dict)  # iteration -> ranks that staged its late checkpoint
-    rendezvous: tuple[Any, ...] | None = None
+    rendezvous: proto.Rendezvous | None = None  # rank 0's store, for ranks that connect later
     failure: tuple[str, str | None] | None = None
     aborted: bool = False
     abort_reason: str | None = None
@@ -168,7 +168,7 @@ class _LeasedLedger(Ledger):
     def release(self, assignment: Assignment) -> None:
         self._session.unlease(assignment.address)
 
-    def check_fits_empty(self, request: Any, n: int, strategy: str = "PACK") -> None:
+    def check_fits_empty(self, request: Any, n: int, strategy: str = "PACK", starting: Any = ()) -> None:
         """Nothing to check here: the enclosing trial's tuner refuses a group that can never fit beside the trial."""
 
 
@@ -224,6 +224,7 @@ class DaskTrialExecutor(TrialExecutor):
         self._unreachable: dict[str, int] = {}  # worker address -> times its ranks could not reach the tuner
         # such a worker takes no trial for this long, doubled each time (up to 600 s)
         self.unreachable_retry_s = env_seconds("TUNEPLAT_UNREACHABLE_RETRY_S", 15)
+        self._start_noted = 0  # the embedded cluster's start: 0 nothing said, 1 the first worker is up, 2 done
         self._events: list[Event] = []
         self._wake_events: collections.deque[tuple[str, Any]] = collections.deque()
         self._selector: selectors.BaseSelector | None = None
@@ -245,10 +246,12 @@ class DaskTrialExecutor(TrialExecutor):
         #: slow imports the first trials pay for (the progress line names them until the first report)
         self.heavy_imports = sorted({m.split(".")[0] for m in imports} & HEAVY_IMPORTS)
         self.cluster = Cluster(self._client_arg, self._address, cpus_per_rank=ctx.request.get("CPU", 1.0),
-                               security=self._security, say=ctx.say,
+                               security=self._security, say=ctx.say, wait=False,
                                # opt-in: measured slower on 2 cores, and a background `import torch` racing a
                                # task's unpickling of torch objects broke torch's own import (benchmarks/README)
                                imports=imports if env_str("TUNEPLAT_PRELOAD_IMPORTS") == "1" else ())
+        # a worker joining (the embedded cluster's start up) or its start ending: look again at once
+        self.cluster.on_change = lambda: self._wake(("cluster_changed", None))
         from ..train._session import current_session
 
         outer = current_session()
@@ -267,8 +270,14 @@ class DaskTrialExecutor(TrialExecutor):
         self.cluster.wait_for_workers()
         fewest = ctx.min_world_size or ctx.world_size  # (an elastic group starts with its minimum)
         self._refresh_ledger()
+        start_error = self.cluster.start_error()
+        if start_error is not None and not self.ledger.slots:
+            raise RuntimeError(f"the embedded cluster's worker processes did not start: {_why(start_error)}") \
+                from start_error
         try:
-            self.ledger.check_fits_empty(ctx.request, fewest, ctx.placement_strategy)
+            # the embedded cluster's workers still starting count as the slots they will be: a group that needs
+            # them waits for them (refused, with the numbers, only if it would not fit once they are all up)
+            self.ledger.check_fits_empty(ctx.request, fewest, ctx.placement_strategy, self.cluster.pending_slots())
         except PlacementError:
             if not self.cluster.may_grow:
                 raise  # the embedded cluster, or a fixed-size one whose workers are all there
@@ -330,7 +339,17 @@ class DaskTrialExecutor(TrialExecutor):
         return self.cluster.client
 
     def describe(self) -> str:
-        return f"the cluster has {self.ledger.describe()}, {len(self.ledger.quarantined)} quarantined"
+        text = f"the cluster has {self.ledger.describe()}, {len(self.ledger.quarantined)} quarantined"
+        starting = self.workers_ready
+        if starting is not None:
+            text += f", {starting[1] - starting[0]} more still starting"
+        return text
+
+    @property
+    def workers_ready(self) -> tuple[int, int] | None:
+        """``(workers up, workers asked for)`` while the embedded cluster's workers are still starting, else None
+        (the progress line shows it)."""
+        return self.cluster.workers_ready if self.cluster is not None else None
 
     def running(self) -> int:
         return len(self.groups)
@@ -367,7 +386,9 @@ class DaskTrialExecutor(TrialExecutor):
         return _Reservation(placement=placement, request=request)
 
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
-        self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy)
+        assert self.cluster is not None
+        self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy,
+                                     self.cluster.pending_slots())
 
     def gpu_memory_bytes(self) -> float | None:
         if self._device_bytes is None:
@@ -466,7 +487,7 @@ class DaskTrialExecutor(TrialExecutor):
         group.waiting_answer = None
         if group.failure or group.aborted:
             for r in group.ranks:
-                self._send(r, ("abort", group.abort_reason or "the trial's group is being torn down"))
+                self._send(r, proto.Abort(group.abort_reason or "the trial's group is being torn down"))
             return
         staged, group.answer_staged = group.answer_staged, False
         if group.elastic and decision is Decision.CONTINUE:
@@ -474,14 +495,11 @@ class DaskTrialExecutor(TrialExecutor):
             if why is not None:  # its checkpoint of this step is committed: start again from it at another size
                 self._resize(group, why)
                 return
-        reply: tuple[Any, ...] = ("decision", decision)  # the Decision itself: typed on both ends
+        reply = proto.Answer(decision, save=save)
         if group.preempted is not None:
             # "checkpoint now": class trainables save at once (save=True); function trainables see
             # should_checkpoint() / get_preemption_info() and pass a checkpoint to their next report
-            reply = ("decision", decision, True, {"ranks": list(group.preempted_ranks),
-                                                  "reason": group.preempted})
-        elif save:
-            reply = ("decision", decision, True)
+            reply = proto.Answer(decision, True, {"ranks": list(group.preempted_ranks), "reason": group.preempted})
         for r in group.ranks:
             self._send(r, reply)
 
@@ -539,7 +557,7 @@ class DaskTrialExecutor(TrialExecutor):
         if group is not None:
             self._fail_group(group, message)
             for r in group.ranks:
-                self._send(r, ("abort", message))
+                self._send(r, proto.Abort(message))
 
     # ------------------------------------------------------------------ waiting
     def poll(self, timeout: float | None) -> list[Event]:
@@ -729,7 +747,7 @@ class DaskTrialExecutor(TrialExecutor):
         rank.parked = False
         if bye and rank.conn is not None:
             try:
-                send_msg(rank.conn, ("bye",))
+                proto.send(rank.conn, proto.Bye())
             except OSError:
                 pass
         if rank.channel is not None:
@@ -779,7 +797,7 @@ class DaskTrialExecutor(TrialExecutor):
         rank.channel.group, rank.channel.rank = group, rank
         self.task_owner[rank.future.key] = (group, rank)
         group.go_sent = True
-        self._send(rank, ("next", spec))
+        self._send(rank, proto.Next(spec))
         self._events.append(Started(group.trial_id))
 
     # ------------------------------------------------------------------ I/O
@@ -833,54 +851,77 @@ class DaskTrialExecutor(TrialExecutor):
         if conn.rank is not None:
             conn.rank.last_seen = time.monotonic()
         for frame in frames:
-            self._on_message(conn, pickle.loads(frame))
+            try:
+                msg = proto.from_rank(pickle.loads(frame))  # (an authenticated peer: see the listener)
+            except proto.ProtocolError as exc:
+                self._refuse_message(conn, str(exc))
+                return
+            self._on_message(conn, msg)
 
-    def _send(self, rank: _Rank, msg: Any) -> None:
+    def _refuse_message(self, conn: Conn, problem: str) -> None:
+        """A malformed message: never acted on; the trial of the rank that sent it fails, saying what was wrong."""
+        group = conn.group
+        who = f"rank {conn.rank.index}" if conn.rank is not None else "a rank"
+        logger.warning("tuneplat: %s of trial %s sent a message the tuner refuses: %s", who,
+                       group.trial_id if group is not None else "?", problem)
+        if group is None or conn.rank is None:
+            self._drop_conn(conn)
+            return
+        self._fail_group(group, f"{who}: {problem}")
+        self._maybe_end_group(group)
+
+    def _send(self, rank: _Rank, msg: proto.Message) -> None:
         if rank.conn is None:
             return
         try:
-            send_msg(rank.conn, msg)
+            proto.send(rank.conn, msg)
         except OSError:
             pass
 
-    def _on_message(self, conn: Conn, msg: tuple[Any, ...]) -> None:
-        kind = msg[0]
-        if kind == "ping":  # (a chained runner's last ping of its previous trial may come after "done")
-            if len(msg) > 1 and isinstance(msg[1], dict) and conn.rank is not None and not conn.rank.finished:
-                self._on_stats(conn, conn.rank, msg[1])
+    def _on_message(self, conn: Conn, msg: proto.Message) -> None:
+        if isinstance(msg, proto.Ping):  # (a chained runner's last ping of its previous trial may come after "done")
+            if msg.stats is not None and conn.rank is not None and not conn.rank.finished:
+                self._on_stats(conn, conn.rank, msg.stats)
             return
         group = conn.group
         assert group is not None
-        if kind == "hello":
-            rank = group.ranks[msg[1]]
+        if isinstance(msg, proto.Hello):
+            if not 0 <= msg.rank < len(group.ranks):
+                self._refuse_message(conn, f"a 'hello' from rank {msg.rank} of a group of {len(group.ranks)}")
+                return
+            rank = group.ranks[msg.rank]
             rank.conn = conn.sock
             rank.channel = conn
-            rank.pid, rank.hostname = msg[2], msg[3]
+            rank.pid, rank.hostname = msg.pid, msg.hostname
+            rank.oom_baseline = msg.oom_baseline
             self._unreachable.pop(rank.assignment.address, None)  # its host reaches the tuner (again)
-            rank.oom_baseline = msg[4] if len(msg) > 4 and isinstance(msg[4], dict) else None
             rank.ever_connected = True
             rank.last_seen = time.monotonic()
             conn.rank = rank
             if group.aborted:
-                self._send(rank, ("abort", group.abort_reason or "the trial's group is being torn down"))
+                self._send(rank, proto.Abort(group.abort_reason or "the trial's group is being torn down"))
                 if not group.go_sent:
                     rank.finished = "done"  # it runs no user code; its closing connection is expected
                 return
             first = not group.go_sent
             group.go_sent = True
-            self._send(rank, ("go",))
+            self._send(rank, proto.Go())
             if rank.index > 0 and group.rendezvous is not None:
                 self._send(rank, group.rendezvous)
             if first:
                 self._events.append(Started(group.trial_id))
-        elif kind == "rendezvous":
+            return
+        rank = conn.rank
+        if rank is None:  # every other message comes after the rank's hello
+            self._refuse_message(conn, f"a {msg.KIND!r} message before the rank's 'hello'")
+            return
+        if isinstance(msg, proto.Rendezvous):
             group.rendezvous = msg
             for r in group.ranks[1:]:
                 self._send(r, msg)
-        elif kind == "report":
-            _, iteration, result, staged = msg
-            assert conn.rank is not None
-            group.reports.setdefault(iteration, {})[conn.rank.index] = (result, staged)
+        elif isinstance(msg, proto.Report):
+            iteration = msg.iteration
+            group.reports.setdefault(iteration, {})[rank.index] = (msg.result, msg.staged)
             group.first_report.setdefault(iteration, time.monotonic())
             if self.board is not None:
                 self.board.dirty = True
@@ -889,51 +930,44 @@ class DaskTrialExecutor(TrialExecutor):
                 group.first_report.pop(iteration, None)
                 if group.failure or group.aborted:
                     for r in group.ranks:
-                        self._send(r, ("abort", group.abort_reason or "the trial's group is being torn down"))
+                        self._send(r, proto.Abort(group.abort_reason or "the trial's group is being torn down"))
                     return
                 group.waiting_answer = iteration
                 group.answer_staged = any(s for _, s in reports.values())
                 self._events.append(Reported(group.trial_id, iteration, reports[0][0],
                                              any(s for _, s in reports.values())))
-        elif kind == "saved":  # a checkpoint asked for by answer(save=True), staged after the report
-            assert conn.rank is not None
-            got = group.saves.setdefault(msg[1], set())
-            got.add(conn.rank.index)
+        elif isinstance(msg, proto.Saved):  # a checkpoint asked for by answer(save=True), staged after the report
+            got = group.saves.setdefault(msg.iteration, set())
+            got.add(rank.index)
             if len(got) == len(group.ranks):
-                del group.saves[msg[1]]
-                self._events.append(Saved(group.trial_id, msg[1]))
+                del group.saves[msg.iteration]
+                self._events.append(Saved(group.trial_id, msg.iteration))
                 if group.preempted is not None and not group.aborted:
                     # (the loop commits it before it sees the Ended that follows: events keep their order)
                     self._resize(group, group.preempted)
-        elif kind == "preempt":  # the rank's Dask worker is closing (retire_workers, scale down, SIGTERM)
-            assert conn.rank is not None
-            self._on_preempt(group, conn.rank, str(msg[1]))
-        elif kind == "started":
-            assert conn.rank is not None
-            conn.rank.started_ack = True
-            conn.rank.oom_baseline = msg[1] if len(msg) > 1 and isinstance(msg[1], dict) else None
-        elif kind == "lease":
-            assert conn.rank is not None
-            self._on_lease(group, conn.rank, msg[1], msg[2], msg[3])
-        elif kind == "unlease":
-            self._on_unlease(group, msg[1])
-        elif kind == "requeue":  # the trial's nested fit was sent back to the queue (see _check_lease_deadlock)
-            assert conn.rank is not None
-            conn.rank.finished = "done"
+        elif isinstance(msg, proto.Preempting):  # the rank's Dask worker is closing (retire_workers, scale down...)
+            self._on_preempt(group, rank, msg.message)
+        elif isinstance(msg, proto.Running):
+            rank.started_ack = True
+            rank.oom_baseline = msg.oom_baseline
+        elif isinstance(msg, proto.Lease):
+            self._on_lease(group, rank, msg.request, msg.n, msg.strategy)
+        elif isinstance(msg, proto.Unlease):
+            self._on_unlease(group, msg.address)
+        elif isinstance(msg, proto.Requeue):  # the trial's nested fit was sent back to the queue (_check_lease_deadlock)
+            rank.finished = "done"
             group.lost_before_start = True
-            group.requeued = str(msg[1])
+            group.requeued = msg.message
             self._abort_group(group, "the trial goes back to the queue")
             self._maybe_end_group(group)
-        elif kind == "done":
-            assert conn.rank is not None
-            conn.rank.finished = "done"
-            conn.rank.offers_next = len(msg) > 1 and bool(msg[1])
+        elif isinstance(msg, proto.Done):
+            rank.finished = "done"
+            rank.offers_next = msg.chainable
             self._maybe_end_group(group)
-        elif kind == "error":
-            assert conn.rank is not None
-            conn.rank.finished = "error"
-            conn.rank.offers_next = len(msg) > 3 and bool(msg[3])
-            self._fail_group(group, f"rank {conn.rank.index}: {msg[1]}", msg[2])
+        elif isinstance(msg, proto.Error):
+            rank.finished = "error"
+            rank.offers_next = msg.chainable
+            self._fail_group(group, f"rank {rank.index}: {msg.message}", msg.traceback)
             self._maybe_end_group(group)
 
     # ------------------------------------------------------------------ groups started by trials (nested fits)
@@ -952,7 +986,7 @@ class DaskTrialExecutor(TrialExecutor):
         if self.ledger._allocate(req, n, strategy, own | self.ledger.quarantined, pools) is None:
             total = len(self.ledger.slots)
             need = ", ".join(f"{k}={v:g}" for k, v in req.items())
-            self._send(rank, ("refused", (
+            self._send(rank, proto.Refused((
                 f"the TorchTrainer started inside trial {group.trial_id} needs {n} rank(s) with {{{need}}} beside "
                 f"the trial, whose function holds {len(group.ranks)} worker slot(s) of the cluster's {total} "
                 f"({self.ledger.describe()}): such a trial needs {n + len(group.ranks)} slots in all. Lower "
@@ -985,7 +1019,7 @@ class DaskTrialExecutor(TrialExecutor):
                 break
             self._lease_queue.pop(0)
             ask.group.leases.extend(got)
-            self._send(ask.rank, ("leased", got))
+            self._send(ask.rank, proto.Leased(got))
         if self._lease_queue:
             self._check_lease_deadlock()
 
@@ -1005,7 +1039,7 @@ class DaskTrialExecutor(TrialExecutor):
                "starts again when there is room. To avoid this, set TuneConfig(max_concurrent_trials=...) to the "
                "number of trials whose driver and ranks fit at once (docs/porting-from-ray.md)")
         logger.info("tuneplat: %s", msg)
-        self._send(ask.rank, ("requeue", msg))
+        self._send(ask.rank, proto.Requeue(msg))
 
     def _drain_wake_events(self) -> None:
         while self._wake_events:
@@ -1322,6 +1356,36 @@ class DaskTrialExecutor(TrialExecutor):
         self.max_slots = max(self.max_slots, len(self.ledger.slots))
         again = len(self.ledger.slots) < self.max_slots or self.ledger.awaiting_replacement
         self._refresh_at = time.monotonic() + 0.25 if again else None
+        if self._start_noted < 2:
+            self._note_start()
+
+    def _note_start(self) -> None:
+        """Say how the embedded cluster's start goes: the first worker up (trials start), all of them, or a failure."""
+        cluster = self.cluster
+        assert cluster is not None
+        expected = cluster.expected_workers
+        say = getattr(getattr(self, "ctx", None), "say", None) or (lambda text: logger.info("%s", text))
+        if expected == 0:
+            self._start_noted = 2
+            return
+        error = cluster.start_error()
+        starting = cluster.workers_ready
+        ready = len(self.ledger.slots)
+        if error is not None:
+            self._start_noted = 2
+            why = _why(error)
+            if ready == 0:
+                self._events.append(Starved(f"the embedded cluster's worker processes did not start ({why})"))
+            else:
+                say(f"tuneplat: only {ready} of {expected} worker processes started ({why}); going on with them")
+        elif starting is None:
+            self._start_noted = 2
+            if expected > 1:
+                say(f"tuneplat: all {expected} worker processes ready ({cluster.start_seconds:.1f}s)")
+        elif self._start_noted == 0 and ready >= 1:
+            self._start_noted = 1
+            say(f"tuneplat: {ready} of {expected} worker processes ready ({cluster.start_seconds:.1f}s); trials "
+                "start now, the others join as they come up")
 
     def _fail_group(self, group: _Group, message: str, tb: str | None = None) -> None:
         if group.failure is None:
@@ -1336,7 +1400,7 @@ class DaskTrialExecutor(TrialExecutor):
         group.abort_reason = reason
         for r in group.ranks:
             if r.finished is None and r.conn is not None:
-                self._send(r, ("abort", reason))
+                self._send(r, proto.Abort(reason))
                 r.conn_shut = True
                 try:
                     r.conn.shutdown(socket.SHUT_RDWR)  # a rank blocked in recv() wakes up at once
@@ -1420,6 +1484,20 @@ def _pid_gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except (OSError, IndexError):
         return True
+
+
+def _why(error: BaseException) -> str:
+    """An error with what caused it (Dask's "Nanny failed to start." says why only in its cause)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    while id(error) not in seen and len(parts) < 4:
+        seen.add(id(error))
+        parts.append(f"{type(error).__name__}: {error}")
+        cause = error.__cause__ or error.__context__
+        if cause is None:
+            break
+        error = cause
+    return " (".join(parts) + ")" * (len(parts) - 1)
 
 
 def _process_gone(rank: Any) -> bool:

@@ -17,11 +17,11 @@ from typing import Any
 
 from .._settings import env_seconds
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
+from . import _protocol as proto
 from . import _stacks
 from ._channel import TokenRefused, connect, connect_local
 from ._host_oom import oom_baseline
 from ._trial_io import apply_trial_io
-from ._wire import recv_msg, send_msg
 
 __all__ = ["run_rank"]
 
@@ -96,15 +96,15 @@ def _setup_process_group(session: Session, backend: str, timeout_s: float) -> tu
     timeout = timedelta(seconds=timeout_s)
     if spec.rank == 0:
         store = _master_store(spec.host, spec.world_size, timeout)
-        session.send(("rendezvous", spec.host, store.port))
+        session.send(proto.Rendezvous(spec.host, store.port))
         master = (spec.host, store.port)
     else:
-        msg = recv_msg(session.sock)
-        while msg[0] == "go":  # pragma: no cover - defensive
-            msg = recv_msg(session.sock)
-        if msg[0] != "rendezvous":
+        msg = proto.recv_from_tuner(session.sock)
+        while isinstance(msg, proto.Go):  # pragma: no cover - defensive
+            msg = proto.recv_from_tuner(session.sock)
+        if not isinstance(msg, proto.Rendezvous):
             raise TrialAborted(f"expected the rendezvous address, got {msg!r}")
-        master = (msg[1], msg[2])
+        master = (msg.host, msg.port)
         store = dist.TCPStore(master[0], master[1], spec.world_size, is_master=False, timeout=timeout)
     os.environ.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
     if spec.gpu_ids:
@@ -262,12 +262,15 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     except TokenRefused:  # the tuner ended this trial before the rank connected: it runs nothing
         return "not started"
     # (its memory cgroup's OOM-kill count now: if the kernel's OOM killer ends this process, the tuner can tell)
-    send_msg(sock, ("hello", spec.rank, os.getpid(), socket.gethostname(), oom_baseline()))
+    proto.send(sock, proto.Hello(spec.rank, os.getpid(), socket.gethostname(), oom_baseline()))
     try:  # the tuner says "go" (or refuses a rank it no longer wants) before any user code runs
-        go = recv_msg(sock)
+        go: proto.Message = proto.recv_from_tuner(sock)
     except (ConnectionError, OSError):
-        go = ("abort", "the tuner dropped this rank")
-    if go[0] != "go":
+        go = proto.Abort("the tuner dropped this rank")
+    except proto.ProtocolError as exc:  # never acted on: this rank runs nothing
+        logger.warning("tuneplat: rank %s of trial %s: %s", spec.rank, spec.trial_id, exc)
+        go = proto.Abort(str(exc))
+    if not isinstance(go, proto.Go):
         sock.close()
         return "not started"
     heartbeat = Heartbeat(sock)
@@ -281,7 +284,7 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
             try:
                 with heartbeat.send_lock:
                     # the tuner learns that user code runs (not lost before start), and the OOM-kill count now
-                    send_msg(sock, ("started", oom_baseline()))
+                    proto.send(sock, proto.Running(oom_baseline()))
             except OSError:
                 break
             assert copy is not None
@@ -381,13 +384,16 @@ def _wait_next(sock: socket.socket) -> RankSpec | None:
     """An idle runner: the tuner's next trial for this task, or None ("bye", the tuner gone, or no answer)."""
     try:
         sock.settimeout(IDLE_WAIT_S)
-        msg = recv_msg(sock)
+        msg = proto.recv_from_tuner(sock)
         sock.settimeout(None)
     except (ConnectionError, OSError):  # socket.timeout is an OSError
         return None
-    if msg[0] != "next":
+    except proto.ProtocolError as exc:  # never acted on: this runner leaves
+        logger.warning("tuneplat: an idle runner: %s", exc)
         return None
-    return msg[1]
+    if not isinstance(msg, proto.Next):
+        return None
+    return msg.spec  # type: ignore[no-any-return]
 
 
 def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socket,
@@ -425,20 +431,20 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         with apply_trial_io(spec.trial_io, spec.trial_dir):
             _call(trainable, spec.config)
         chainable = chainable and not _others_wait()
-        idle = _send(session, ("done", chainable)) and chainable
+        idle = _send(session, proto.Done(chainable)) and chainable
     except StopTrial:
         chainable = chainable and not _others_wait()
-        idle = _send(session, ("done", chainable)) and chainable
+        idle = _send(session, proto.Done(chainable)) and chainable
     except TrialAborted:
         outcome = "aborted"
     except TrialRequeued as exc:  # the tuner sends this trial back to its queue (see Session.lease)
         outcome = "aborted"
-        _send(session, ("requeue", str(exc)))
+        _send(session, proto.Requeue(str(exc)))
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner
         outcome = "error"
         # a Python exception leaves the process healthy; SystemExit, KeyboardInterrupt & co. end the task
         chainable = chainable and isinstance(exc, Exception) and not _others_wait()
-        idle = _send(session, ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
+        idle = _send(session, proto.Error(f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
     finally:
         for cleanup in session.cleanups:
             try:
@@ -489,7 +495,7 @@ def _watch_retirement(session: Session) -> None:
                 logger.info("tuneplat: trial %s rank %d: Dask worker %s is %s; telling the tuner",
                             session.spec.trial_id, session.spec.rank, worker.address, status)
                 try:
-                    session.send(("preempt", f"Dask worker {worker.address} is {status}"))
+                    session.send(proto.Preempting(f"Dask worker {worker.address} is {status}"))
                 except OSError:
                     pass
                 return
@@ -515,7 +521,7 @@ def _reset_framework_state() -> None:
         logger.debug("tuneplat: could not reset accelerate's state", exc_info=True)
 
 
-def _send(session: Session, msg: Any) -> bool:
+def _send(session: Session, msg: proto.Message) -> bool:
     try:
         session.send(msg)
     except OSError:

@@ -69,6 +69,7 @@ from typing import Any, cast
 
 from schedulers import Decision
 
+from ..execution import _protocol as proto
 from ..execution._executor import (
     Ended,
     Event,
@@ -287,17 +288,19 @@ class _VirtualSession(Session):
         self.aborted: str | None = None
         self.time_hint: float | None = None  # the reported metrics' own time_this_iter_s
 
-    def send(self, msg: Any) -> None:
-        if msg[0] == "saved":  # a checkpoint asked for by answer(save=True): committed by the loop
-            self.executor._ready.append(Saved(self.spec.trial_id, msg[1]))
+    def send(self, msg: proto.Message) -> None:
+        if isinstance(msg, proto.Saved):  # a checkpoint asked for by answer(save=True): committed by the loop
+            self.executor._ready.append(Saved(self.spec.trial_id, msg.iteration))
 
-    def ask(self, msg: Any) -> Any:
-        if msg[0] == "report" and msg[2] is not None:
+    def ask(self, msg: proto.Message) -> proto.Message:
+        """The rank's side of the protocol, typed as on Dask; the hand-over to the loop carries its wire tuple."""
+        wire = msg.to_wire()
+        if isinstance(msg, proto.Report) and msg.result is not None:
             peak = self.executor._mem_peak.get(self.spec.trial_id)
             if peak:  # (as a rank that uses CUDA reports its peak)
-                msg[2].setdefault("gpu_memory_peak_bytes", int(peak))
-            msg = (*msg, self.time_hint)
-        return self._yield(msg)
+                msg.result.setdefault("gpu_memory_peak_bytes", int(peak))
+            wire = (*wire, self.time_hint)
+        return proto.from_tuner(self._yield(wire))
 
     def report(self, metrics: dict[str, Any], checkpoint: Any = None) -> None:
         dt = metrics.get("time_this_iter_s") if isinstance(metrics, dict) else None
@@ -581,8 +584,7 @@ class VirtualTimeExecutor(TrialExecutor):
         if tt is not None:
             if tt.waiting:
                 tt.waiting = False
-                self._schedule(tt, 0.0, ("resume", ("decision", decision, True) if save
-                                         else ("decision", decision)))
+                self._schedule(tt, 0.0, ("resume", proto.Answer(decision, save=save).to_wire()))
             return
         vt = self._trials.get(trial_id)
         if vt is None or not vt.waiting:
@@ -828,7 +830,7 @@ class VirtualTimeExecutor(TrialExecutor):
 
     def _unwind(self, tt: _TTrial, reason: str) -> None:
         """Make a live trial's code leave: its ``report()`` or :func:`sleep` raises, its ``finally`` blocks run."""
-        msg: tuple[Any, ...] = ("abort", reason)
+        msg: tuple[Any, ...] = proto.Abort(reason).to_wire()
         if tt.runner is None:  # it never ran: nothing to unwind
             tt.done = True
             return

@@ -314,11 +314,14 @@ class ProgressReporter:
 
     def _starting_text(self, trials: Sequence[Trial]) -> str:
         """While trials run but none has reported yet: what the wait is (worker processes importing, data loading)."""
+        executor = getattr(self._loop, "executor", None)
+        workers = getattr(executor, "workers_ready", None)  # (up, asked for) while the embedded cluster starts
+        up = f"{workers[0]} of {workers[1]} worker processes ready" if workers else ""
         if not trials or any(t.results for t in trials) or not any(t.status == TrialStatus.RUNNING for t in trials):
-            return ""
-        heavy = getattr(getattr(self._loop, "executor", None), "heavy_imports", None) or []
+            return f"starting the cluster: {up}" if up and not any(t.results for t in trials) else ""
+        heavy = getattr(executor, "heavy_imports", None) or []
         what = f"importing {', '.join(heavy)}" if heavy else "imports"
-        return f"first trials starting ({what}, data loading) — no report yet"
+        return f"first trials starting ({what}, data loading) — no report yet" + (f"; {up}" if up else "")
 
     def _best_text(self, best: Trial | None) -> str:
         if best is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from schedulers import Decision
 
-from ..execution._wire import recv_msg, send_msg
+from ..execution import _protocol as proto
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
 from ._telemetry import RankMonitor
@@ -216,14 +216,14 @@ class Session:
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
         self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
 
-    def send(self, msg: Any) -> None:
+    def send(self, msg: proto.Message) -> None:
         with self.send_lock:
-            send_msg(self.sock, msg)
+            proto.send(self.sock, msg)
 
-    def ask(self, msg: Any) -> Any:
+    def ask(self, msg: proto.Message) -> proto.Message:
         """Send ``msg`` to the tuner and wait for its reply (a report's decision)."""
         self.send(msg)
-        return recv_msg(self.sock)
+        return proto.recv_from_tuner(self.sock)
 
     def _stage(self, folder: str) -> None:
         name = checkpoint_name(self.iteration)
@@ -268,25 +268,24 @@ class Session:
         self.monitor.on_report(metrics)
         self.monitor.state = "reporting"  # waiting for the tuner's decision (every rank of the group reports)
         try:
-            reply = self.ask(("report", self.iteration, result, staged))
+            reply = self.ask(proto.Report(self.iteration, result, staged))
         except (ConnectionError, OSError) as exc:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
         self.monitor.state = "training"
-        kind = reply[0]
-        if kind == "decision":
+        if isinstance(reply, proto.Answer):
             # the tuner asks for a checkpoint of this step (a callback set result["should_checkpoint"])
-            self.save_requested = len(reply) > 2 and bool(reply[2])
-            notice = reply[3] if len(reply) > 3 else None  # a worker of the group is leaving: checkpoint now
+            self.save_requested = reply.save
+            notice = reply.notice  # a worker of the group is leaving: checkpoint now
             self.checkpoint_requested = bool(notice)
-            if isinstance(notice, dict):
+            if notice is not None:
                 self.preemption = PreemptionInfo(list(notice.get("ranks", [])), None, str(notice.get("reason", "")))
-            if Decision(reply[1]) is not Decision.CONTINUE:  # (a Decision; its value from an older tuner)
+            if reply.decision is not Decision.CONTINUE:
                 self.stopped = True
                 raise StopTrial()
             return
-        if kind == "abort":
-            raise TrialAborted(reply[1])
-        raise RuntimeError(f"unexpected message from the tuner: {reply!r}")
+        if isinstance(reply, proto.Abort):
+            raise TrialAborted(reply.reason)
+        raise proto.ProtocolError(f"the tuner answered a report with a {reply.KIND!r} message: {reply!r}")
 
 
     def lease(self, request: dict[str, float], n: int, strategy: str) -> list[Any]:
@@ -302,31 +301,31 @@ class Session:
             TrialAborted: this trial is being ended.
         """
         try:
-            self.send(("lease", dict(request), int(n), strategy))
+            self.send(proto.Lease(dict(request), int(n), str(strategy)))
         except OSError as exc:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
         while True:
             try:
-                reply = recv_msg(self.sock)
+                reply = proto.recv_from_tuner(self.sock)
             except (ConnectionError, OSError) as exc:
                 raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
-            kind = reply[0]
-            if kind == "leased":
-                return list(reply[1])
-            if kind == "refused":
+            if isinstance(reply, proto.Leased):
+                return list(reply.assignments)
+            if isinstance(reply, proto.Refused):
                 from ..execution._errors import PlacementError
 
-                raise PlacementError(reply[1])
-            if kind == "requeue":
-                raise TrialRequeued(reply[1])
-            if kind == "abort":
-                raise TrialAborted(reply[1])
-            raise RuntimeError(f"unexpected message from the tuner while placing a group: {reply!r}")
+                raise PlacementError(reply.message)
+            if isinstance(reply, proto.Requeue):
+                raise TrialRequeued(reply.message)
+            if isinstance(reply, proto.Abort):
+                raise TrialAborted(reply.reason)
+            raise proto.ProtocolError(f"the tuner answered a group's placement with a {reply.KIND!r} message: "
+                                      f"{reply!r}")
 
     def unlease(self, address: str) -> None:
         """Give back one slot :meth:`lease` gave (the group's rank there ended)."""
         try:
-            self.send(("unlease", address))
+            self.send(proto.Unlease(address))
         except OSError:
             pass  # the tuner frees a trial's slots when the trial ends anyway
 
@@ -338,7 +337,7 @@ class Session:
         self.save_requested = False
         self._stage(folder)
         try:
-            self.send(("saved", self.iteration))
+            self.send(proto.Saved(self.iteration))
         except OSError as exc:
             raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
 
@@ -410,7 +409,7 @@ class Heartbeat:
                     stats = session.monitor.snapshot()
                 except Exception:  # noqa: BLE001 - a ping without stats still says the rank is alive
                     stats = None
-                session.send(("ping", stats) if stats is not None else ("ping",))
+                session.send(proto.Ping(stats))
             except OSError:
                 if not session.finished.wait(session.spec.abort_grace_s):
                     os._exit(70)
