@@ -48,7 +48,14 @@ def _tensorboard_losses(trial_dir):
 
 
 def _writer_pids():
-    return {p.pid for p in psutil.Process().children() if "_writer_proc.py" in " ".join(p.cmdline())}
+    pids = set()
+    for p in psutil.Process().children():
+        try:
+            if "_writer_proc.py" in " ".join(p.cmdline()):
+                pids.add(p.pid)
+        except psutil.Error:  # a child another test left ended (a zombie) has no command line
+            pass
+    return pids
 
 
 def _assert_complete(grid, n):
