@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .._annotations import isinstance_types
+
 __all__ = [
     "EVENT_TYPES", "STATUSES", "CheckpointDeleted", "CheckpointSaved", "Decision", "Event", "Experiment", "ExperimentEnd", "Exploit",
     "MlflowParentRun", "MlflowRun", "OomRetry", "PreemptNotice", "RankFailure", "Resize", "Result", "Stacks",
@@ -368,31 +370,6 @@ _REQUIRED: dict[type[Event], frozenset[str]] = {}
 _OMIT_NONE: dict[type[Event], frozenset[str]] = {}
 
 
-def _types_of(hint: Any) -> tuple[tuple[type, ...], bool]:
-    """isinstance() types of a field's annotation, and whether None is allowed (``()``: anything)."""
-    if hint is Any:
-        return (), True
-    args = typing.get_args(hint)
-    if args:  # X | None, dict[str, Any]...
-        origin = typing.get_origin(hint)
-        if origin in (dict, list):
-            return (origin,), False
-        types: list[type] = []
-        optional = False
-        for a in args:
-            if a is type(None):
-                optional = True
-            else:
-                t, _ = _types_of(a)
-                if not t:
-                    return (), True
-                types.extend(t)
-        return tuple(types), optional
-    if hint is float:
-        return (int, float), False
-    return (hint,), False
-
-
 for _cls in EVENT_TYPES.values():
     _hints = typing.get_type_hints(_cls)
     _fields = {}
@@ -400,7 +377,7 @@ for _cls in EVENT_TYPES.values():
     for _f in dataclasses.fields(_cls):
         if _f.name == "extra":
             continue
-        _t, _opt = _types_of(_hints[_f.name])
+        _t, _opt = isinstance_types(_hints[_f.name])
         _fields[_f.name] = (_f.metadata.get("json", _f.name), _t, _opt)
         if _f.default is dataclasses.MISSING and _f.default_factory is dataclasses.MISSING:
             _required.add(_f.name)

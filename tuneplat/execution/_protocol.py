@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from schedulers import Decision
 
+from .._annotations import isinstance_types
 from ._wire import recv_msg, send_msg
 
 __all__ = [
@@ -332,31 +333,7 @@ def _is_required(f: dataclasses.Field[Any]) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
-def _types_of(hint: Any) -> tuple[tuple[type, ...], bool]:
-    """isinstance() types of a field's annotation, and whether None is allowed (``()``: anything)."""
-    if hint is Any:
-        return (), True
-    origin = typing.get_origin(hint)
-    if origin in (dict, list, tuple):
-        return (origin,), False
-    args = typing.get_args(hint)
-    if args:  # X | None
-        types: list[type] = []
-        optional = False
-        for a in args:
-            if a is type(None):
-                optional = True
-                continue
-            t, _ = _types_of(a)
-            if not t:
-                return (), True
-            types.extend(t)
-        return tuple(types), optional
-    if hint is float:
-        return (int, float), False
-    if hint is Decision:
-        return (Decision, str), False  # (an older tuner sent the decision's value)
-    return (hint,), False
+_ALIASES: dict[Any, tuple[type, ...]] = {Decision: (Decision, str)}  # (an older tuner sent the decision's value)
 
 
 _NAMES: dict[type[Message], tuple[str, ...]] = {}
@@ -367,7 +344,7 @@ for _cls in {*RANK_MESSAGES.values(), *TUNER_MESSAGES.values()}:
     _hints = typing.get_type_hints(_cls)
     _fields = dataclasses.fields(_cls)
     _NAMES[_cls] = tuple(f.name for f in _fields)
-    _TYPES[_cls] = {f.name: _types_of(_hints[f.name]) for f in _fields}
+    _TYPES[_cls] = {f.name: isinstance_types(_hints[f.name], _ALIASES) for f in _fields}
     _REQUIRED[_cls] = sum(1 for f in _fields if _is_required(f))
     _DEFAULTS[_cls] = [f.default if f.default is not dataclasses.MISSING
                        else f.default_factory() if f.default_factory is not dataclasses.MISSING else object()
