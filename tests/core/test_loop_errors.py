@@ -142,3 +142,4 @@ def test_an_error_mid_sweep_leaves_no_worker_process_not_even_a_zombie(storage):
         if not any(kept in cmd for kept in _KEPT):
             left[p.pid] = cmd[:200]
     assert not left, f"processes outlived fit(): {left}"
+

@@ -339,3 +339,35 @@ def test_a_result_recovered_from_its_checkpoint_survives_a_second_restore(storag
     tune.Tuner.restore(path, curve, executor=VirtualTimeExecutor(num_slots=1), run_config=rc).fit()
     (trial,), _ = load_trials(path)  # what the next restore (or tuneplat status) sees
     assert [r["training_iteration"] for r in trial.results] == list(range(1, 11))
+
+
+class _CountingExecutor(VirtualTimeExecutor):
+    """Counts the room the loop reserves and gives back unused (room asked for a trial that never came)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.unused = 0
+
+    def unreserve(self, reservation):
+        self.unused += 1
+        super().unreserve(reservation)
+
+
+@pytest.mark.parametrize("searcher", ["grid", "optuna"])
+def test_no_room_is_waited_for_once_the_searcher_has_suggested_everything(storage, searcher):
+    """When every configuration has been suggested (Ray's BasicVariantGenerator.is_finished(), or num_samples
+    reached), the loop asks for no more room: a cluster that lost the room for the experiment's shape after the
+    last trial cannot starve a finished experiment (the loop used to reserve, then ask the searcher, then give the
+    room back; without room it waited TUNEPLAT_WORKER_WAIT_S and ended "failed")."""
+    from tuneplat.search.optuna import OptunaSearch
+
+    executor = _CountingExecutor(num_slots=2)
+    space = ({"floor": tune.grid_search([0.1, 0.2, 0.3])} if searcher == "grid" else {"floor": tune.uniform(0, 1)})
+    tc = (tune.TuneConfig(metric="loss", mode="min") if searcher == "grid" else
+          tune.TuneConfig(metric="loss", mode="min", num_samples=3, search_alg=OptunaSearch(seed=0)))
+    grid = tune.Tuner(curve, param_space=space, tune_config=tc,
+                      run_config=tune.RunConfig(name="exhausted", storage_path=storage, verbose=0, mlflow=False),
+                      executor=executor).fit()
+    assert len(grid) == 3 and grid.num_errors == 0
+    assert executor.unused == 0
+    assert _events(grid)[-1]["status"] == "finished"

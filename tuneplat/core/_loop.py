@@ -496,6 +496,18 @@ class TuneLoop:
         self.suggested += 1
         return self._new_trial(config)
 
+    def _searcher_exhausted(self) -> bool:
+        """The searcher will suggest nothing more, known without asking it: no room is waited for a trial that will
+        never come (a cluster that lost the room for the experiment's shape after the last trial is not starved)."""
+        limit = self.tc.num_samples
+        if isinstance(self.searcher, BasicVariantGenerator):
+            done = self.searcher.is_finished()
+        else:
+            done = limit != -1 and self.suggested >= limit
+        if done:
+            self.searcher_done = True
+        return done
+
     def _budget_spent(self) -> bool:
         """Starting another trial would carry the end past the time budget: the mirror's backlog fills the rest."""
         if self._deadline is None:
@@ -512,7 +524,7 @@ class TuneLoop:
         """Start queued trials, then new ones, while the executor has room for each (chosen before reserving)."""
         limit = self.tc.max_concurrent_trials
         while True:
-            if not self.queue and (self.searcher_done or self.searcher_blocked):
+            if not self.queue and (self.searcher_done or self.searcher_blocked or self._searcher_exhausted()):
                 self._set_waiting(0)
                 return
             if self._budget_spent():

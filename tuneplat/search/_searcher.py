@@ -135,6 +135,10 @@ class BasicVariantGenerator(Searcher):
             self._pending = [resolve(self._space, g, self._rng, point) for g in self._grid_for(point)]
         return self._pending.pop(0)
 
+    def is_finished(self) -> bool:
+        """Every configuration has been suggested (Ray's ``is_finished``): known without asking for another."""
+        return not self._pending and 0 <= self._num_samples <= self._sample_index
+
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         if self._max_concurrent and len(self._live) >= self._max_concurrent:
             return None
