@@ -555,10 +555,13 @@ class Cluster:
 
     def close(self) -> None:
         procs = self._embedded_processes()
+        before = _child_pids() if self.local_cluster is not None else set()
         try:
             self._close()
         finally:
-            _end_processes(procs)
+            # and worker processes a nanny started while the cluster closed (it restarts a worker that exits under
+            # it): not in the snapshot above, they would outlive fit()
+            _end_processes(procs + _worker_processes_started_since(before))
 
     def _embedded_processes(self) -> list[Any]:
         """The embedded cluster's worker processes and everything they started (DataLoader workers, ...)."""
@@ -599,6 +602,39 @@ class Cluster:
             if self.local_cluster is not None:
                 self.local_cluster.close()
                 self._no_main.close()
+
+
+def _child_pids() -> set[int]:
+    import psutil
+
+    try:
+        return {p.pid for p in psutil.Process().children()}
+    except psutil.Error:
+        return set()
+
+
+def _worker_processes_started_since(before: set[int]) -> list[Any]:
+    """Dask worker processes (a nanny's ``multiprocessing`` spawn) this process started since ``before``, with
+    whatever they started."""
+    if not before:
+        return []
+    import psutil
+
+    out: list[Any] = []
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return out
+    for p in children:
+        if p.pid in before:
+            continue
+        try:
+            cmd = " ".join(p.cmdline())
+            if "multiprocessing.spawn" in cmd and "--multiprocessing-fork" in cmd:
+                out += [p, *p.children(recursive=True)]
+        except psutil.Error:
+            continue
+    return out
 
 
 def _end_processes(procs: list[Any], grace_s: float = 5.0) -> None:
