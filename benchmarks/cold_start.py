@@ -14,6 +14,7 @@ unless ``--mlflow`` (its uploader's start is measured in benchmarks/mlflow_overh
 
 Usage:
   python benchmarks/cold_start.py [--repeats 3] [--shape one|readme] [--builds BEFORE AFTER] [--mlflow]
+                                  [--slow-worker S]   # one worker starts S s late (a slow node)
 
 Prints one JSON object.
 """
@@ -67,8 +68,13 @@ print(json.dumps({"fit_to_first_report_s": first[0] - t0, "fit_s": t1 - t0, "imp
 """
 
 
-def _run(tree: str, settings: dict[str, str], storage: str, shape: str, mlflow: bool) -> dict[str, float]:
+def _run(tree: str, settings: dict[str, str], storage: str, shape: str, mlflow: bool,
+         slow_worker_s: float = 0.0) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=tree, **settings)
+    if slow_worker_s > 0:  # one worker process starts late (benchmarks/slow_worker/sitecustomize.py)
+        env["PYTHONPATH"] = os.pathsep.join([tree, os.path.join(HERE, "slow_worker")])
+        env["TUNEPLAT_BENCH_SLOW_WORKER_S"] = str(slow_worker_s)
+        env["TUNEPLAT_BENCH_SLOW_WORKER_CLAIM"] = storage + ".slow-worker"
     out = subprocess.run([sys.executable, "-c", SCRIPT, storage, shape, "1" if mlflow else "0"], env=env, cwd=tree,
                          capture_output=True, text=True, timeout=600, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -81,6 +87,8 @@ def main() -> None:
     parser.add_argument("--builds", nargs=2, metavar=("BEFORE", "AFTER"),
                         help="two checkouts to compare (default: this one, preload off/on)")
     parser.add_argument("--mlflow", action="store_true", help="MLflow on (the default sqlite store)")
+    parser.add_argument("--slow-worker", type=float, default=0.0, metavar="S",
+                        help="one worker process of each run starts S seconds late (a slow or busy node)")
     args = parser.parse_args()
     if args.builds:
         runs_of = {"before": (os.path.abspath(args.builds[0]), {}), "after": (os.path.abspath(args.builds[1]), {})}
@@ -94,7 +102,8 @@ def main() -> None:
             order = ("before", "after") if i % 2 == 0 else ("after", "before")  # interleaved, alternating
             for label in order:
                 tree, settings = runs_of[label]
-                runs[label].append(_run(tree, settings, os.path.join(tmp, f"{label}{i}"), args.shape, args.mlflow))
+                runs[label].append(_run(tree, settings, os.path.join(tmp, f"{label}{i}"), args.shape, args.mlflow,
+                                        args.slow_worker))
                 loads.append(os.getloadavg()[0])
     summary = {
         label: {
@@ -107,8 +116,9 @@ def main() -> None:
     }
     workload = ("the README's sweep (digits_asha.yaml, num_samples=12, TPE + ASHA)" if args.shape == "readme"
                 else "digits MLP, 1 trial, 1 epoch")
+    slow = f", one worker process {args.slow_worker:g} s late" if args.slow_worker > 0 else ""
     print(json.dumps({"benchmark": "cold_start", "workload": f"{workload}, embedded cluster, MLflow "
-                      f"{'on' if args.mlflow else 'off'}, fresh process per run",
+                      f"{'on' if args.mlflow else 'off'}, fresh process per run{slow}",
                       "builds": {k: v[0] for k, v in runs_of.items()} if args.builds else "preload off/on",
                       "repeats": args.repeats, "cpus": os.cpu_count(),
                       "load_average_1min": {"min": min(loads), "max": max(loads)},
