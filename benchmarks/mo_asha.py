@@ -40,6 +40,7 @@ sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import tuneplat as tune  # noqa: E402
 from tuneplat.schedulers import ASHAScheduler  # noqa: E402
 from tuneplat.testing import VirtualTimeExecutor  # noqa: E402
+from tuneplat.testing._simulate import _hypervolume_2d  # noqa: E402
 
 T = 27
 DIM = 5
@@ -69,14 +70,9 @@ def curve(config):
 
 
 def hypervolume(points: list[tuple[float, float]], ref: tuple[float, float] = REF) -> float:
-    """2-D hypervolume (both minimised) dominated by ``points`` and bounded by ``ref``."""
-    inside = sorted((p for p in points if p[0] < ref[0] and p[1] < ref[1]), key=lambda p: (p[0], p[1]))
-    volume, best_f2 = 0.0, ref[1]
-    for f1, f2 in inside:
-        if f2 < best_f2:
-            volume += (ref[0] - f1) * (best_f2 - f2)
-            best_f2 = f2
-    return volume
+    """2-D hypervolume (both minimised) dominated by ``points`` and bounded by ``ref`` (as ``tuneplat simulate``
+    computes it)."""
+    return _hypervolume_2d(list(points), ref)
 
 
 def run(method: str, seed: int, budget: int) -> dict:

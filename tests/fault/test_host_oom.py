@@ -151,7 +151,7 @@ def test_a_rank_killed_by_the_host_oom_killer_is_an_oom_and_is_retried_smaller(l
 
 
 @pytest.mark.timeout(300)
-def test_a_rank_on_another_host_is_checked_by_a_worker_of_that_host(limited_cgroup, storage, monkeypatch):
+def test_a_rank_on_another_host_is_checked_by_a_worker_of_that_host(limited_cgroup, storage):
     """The rank's worker runs under another hostname (its own UTS namespace): the tuner cannot read that host's
     files itself, so a live Dask worker of the same host (address) reads the cgroup and the kernel log for it."""
     import shutil
@@ -164,9 +164,6 @@ def test_a_rank_on_another_host_is_checked_by_a_worker_of_that_host(limited_cgro
         pytest.skip("needs unshare(1) to give a worker a hostname of its own")
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
-    # (the worker holding the resource the experiment asks for is gone after the kill: the loop waits this long
-    # for room before it asks the searcher whether more trials come, then ends)
-    monkeypatch.setenv("TUNEPLAT_WORKER_WAIT_S", "2")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, here, os.environ.get("PYTHONPATH", "")])}
     with local_client(1) as client:  # the peer: a worker of the same host (127.0.0.1), under this hostname
         cmd = (f"hostname tuneplat-oom-host && echo $$ > {limited_cgroup}/cgroup.procs && exec {sys.executable} -m "

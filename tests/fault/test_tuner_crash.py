@@ -27,18 +27,13 @@ def _start(storage, name, gate=None):
                             text=True, start_new_session=True, env=env)
 
 
-def _results(path):
-    try:
-        with open(os.path.join(path, "journal.jsonl"), "rb") as f:
-            return f.read().count(b'"event": "result"')
-    except FileNotFoundError:
-        return 0
 
 
-def _journal_lines(path):
+def _journal_lines(path, of=b"\n"):
+    """How many lines the experiment's journal holds so far (``of``: how many times it holds those bytes)."""
     try:
         with open(os.path.join(path, "journal.jsonl"), "rb") as f:
-            return f.read().count(b"\n")
+            return f.read().count(of)
     except FileNotFoundError:
         return 0
 
@@ -125,7 +120,8 @@ def test_interrupt_ends_cleanly_and_is_restorable(tmp_path, sig):
     gate = str(tmp_path / "gate")  # trials wait at epoch 2 until it exists: the sweep cannot end before the signal
     proc = _start(storage, name, gate)
     ps = psutil.Process(proc.pid)
-    _wait_for(lambda: _results(path) >= 2, proc)  # two trials have reported epoch 1 and wait at the gate
+    # two trials have reported epoch 1 and wait at the gate
+    _wait_for(lambda: _journal_lines(path, of=b'"event": "result"') >= 2, proc)
     assert proc.poll() is None
     pids = {proc.pid} | {c.pid for c in ps.children(recursive=True)}
     assert _listening_ports(pids), "the tuner and its cluster listen while running"

@@ -7,6 +7,29 @@ import socket
 import tuneplat
 
 
+def _resumed_step() -> int:
+    """The step of the trial's checkpoint (``step.txt``), 0 for a fresh start."""
+    import os
+
+    ckpt = tuneplat.get_checkpoint()
+    if ckpt is None:
+        return 0
+    with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
+        return int(f.read())
+
+
+def _report_step(step: int, start: int, folder: str | None = None) -> None:
+    """Report ``step`` with a checkpoint holding it (written under ``folder``, default the temporary folder)."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=folder) as d:
+        with open(os.path.join(d, "step.txt"), "w") as f:
+            f.write(str(step))
+        tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
+                        checkpoint=tuneplat.Checkpoint.from_directory(d))
+
+
 def sweep(config):
     for i in range(3):
         tuneplat.report({"loss": config["x"] + i, "host": socket.gethostname(), "canary": config["canary"]})
@@ -57,39 +80,24 @@ def checkpointing(config):
 
 def host_dies(config):
     """Checkpoints every step; on host w2, at step 3, it says so (a marker file) and waits for its host to die."""
-    import os
-    import tempfile
     import time
 
-    ckpt = tuneplat.get_checkpoint()
-    start = 0
-    if ckpt is not None:
-        with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
-            start = int(f.read())
+    start = _resumed_step()
     for step in range(start + 1, 6):
         if step == 3 and socket.gethostname() == "w2":
             with open(config["marker"], "w") as f:
                 f.write("w2")
             time.sleep(600)  # held for the test to kill (every process of host w2); never reached as a delay
-        with tempfile.TemporaryDirectory() as d:
-            with open(os.path.join(d, "step.txt"), "w") as f:
-                f.write(str(step))
-            tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
-                            checkpoint=tuneplat.Checkpoint.from_directory(d))
+        _report_step(step, start)
 
 
 def path_lost(config):
     """Checkpoints every step; on host w2, at step 3, it says so (a marker file) and goes on reporting while the
     test cuts w2's path to the tuner (Dask still reaches w2)."""
     import os
-    import tempfile
     import time
 
-    ckpt = tuneplat.get_checkpoint()
-    start = 0
-    if ckpt is not None:
-        with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
-            start = int(f.read())
+    start = _resumed_step()
     for step in range(start + 1, 6):
         if step == 3 and socket.gethostname() == "w2" and not os.path.exists(config["marker"]):
             with open(config["marker"], "w") as f:
@@ -98,27 +106,18 @@ def path_lost(config):
             # across network namespaces: nothing to block on, so poll it)
             while not os.path.exists(config["marker"] + ".cut"):
                 time.sleep(0.05)
-        with tempfile.TemporaryDirectory(dir=os.path.dirname(config["marker"])) as d:  # pytest's tmp_path
-            with open(os.path.join(d, "step.txt"), "w") as f:
-                f.write(str(step))
-            tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
-                            checkpoint=tuneplat.Checkpoint.from_directory(d))
+        _report_step(step, start, folder=os.path.dirname(config["marker"]))  # pytest's tmp_path
 
 
 def path_lost_group(config):
     """path_lost for a group of ranks: at step 3, rank 0 writes its host's name in the marker file and waits for
     the test to cut that host's path to the tuner; every rank checkpoints every step."""
     import os
-    import tempfile
     import time
 
     from tuneplat import train
 
-    ckpt = tuneplat.get_checkpoint()
-    start = 0
-    if ckpt is not None:
-        with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
-            start = int(f.read())
+    start = _resumed_step()
     rank = train.get_context().get_world_rank()
     for step in range(start + 1, 6):
         if step == 3 and rank == 0 and not os.path.exists(config["marker"]):
@@ -126,11 +125,7 @@ def path_lost_group(config):
                 f.write(socket.gethostname())
             while not os.path.exists(config["marker"] + ".cut"):  # another process's file: poll it
                 time.sleep(0.05)
-        with tempfile.TemporaryDirectory(dir=os.path.dirname(config["marker"])) as d:
-            with open(os.path.join(d, "step.txt"), "w") as f:
-                f.write(str(step))
-            tuneplat.report({"loss": float(step), "host": socket.gethostname(), "start": start},
-                            checkpoint=tuneplat.Checkpoint.from_directory(d))
+        _report_step(step, start, folder=os.path.dirname(config["marker"]))
 
 
 def elastic_hosts(config):
@@ -150,11 +145,7 @@ def elastic_hosts(config):
 
     ctx = tuneplat.get_context()
     world = ctx.get_world_size()
-    ckpt = tuneplat.get_checkpoint()
-    start = 0
-    if ckpt is not None:
-        with ckpt.as_directory() as d, open(os.path.join(d, "step.txt")) as f:
-            start = int(f.read())
+    start = _resumed_step()
     hosts = [socket.gethostname()]
     if world > 1:
         hosts = [""] * world

@@ -136,8 +136,12 @@ def _cli_overrides(args: argparse.Namespace) -> list[str]:
         out.append(f"name={json.dumps(args.name)}")
     if args.storage_path:
         out.append(f"run.storage_path={json.dumps(args.storage_path)}")
-    if args.address:
-        out.append(f"run.address={json.dumps(args.address)}")
+    return out + _run_overrides(args)
+
+
+def _run_overrides(args: argparse.Namespace) -> list[str]:
+    """--address, the cluster options and --verbose/--quiet as --set overrides (``run`` and ``resume`` alike)."""
+    out = [f"run.address={json.dumps(args.address)}"] if args.address else []
     out += _cluster_overrides(args)
     if args.verbose:
         out.append("run.verbose=2")

@@ -10,13 +10,13 @@ from typing import Any
 from ._common import (
     ORIGIN_FILE,
     SWEEP_COPY,
-    _cluster_overrides,
     _Fail,
     _fetch_remote,
     _fit,
     _load,
     _prepare_imports,
     _quiet_libraries,
+    _run_overrides,
     _summary,
     not_an_experiment,
 )
@@ -35,14 +35,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
             origin = json.load(f)
     _prepare_imports([d for d in (origin.get("cwd"), origin.get("sweep_dir")) if d and os.path.isdir(d)])
     saved = os.path.join(path, SWEEP_COPY)
-    overrides = []
-    if args.address:
-        overrides.append(f"run.address={json.dumps(args.address)}")
-    overrides += _cluster_overrides(args)
-    if args.verbose:
-        overrides.append("run.verbose=2")
-    if args.quiet:
-        overrides.append("run.verbose=0")
+    overrides = _run_overrides(args)
     kwargs: dict[str, Any] = {}
     if os.path.exists(saved):
         if args.trainable:
