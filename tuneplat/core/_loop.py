@@ -262,6 +262,12 @@ class TuneLoop:
             self._end_trial(t, TrialStatus.TERMINATED)
 
     def _close(self) -> None:
+        try:
+            self._close_files()
+        finally:  # whatever a callback raised on the way, the executor (and a cluster it started) is closed
+            self._guarded(self.executor.close)
+
+    def _close_files(self) -> None:
         self._guarded(self._end_unfinished)
         status = self.status
         lag = self.hooks.backlog_s()
@@ -283,7 +289,6 @@ class TuneLoop:
         self._guarded(self.searcher.close)
         if self.syncer is not None:
             self._guarded(self._final_sync)
-        self._guarded(self.executor.close)
 
     def _final_sync(self) -> None:
         assert self.syncer is not None
@@ -660,6 +665,7 @@ class TuneLoop:
     def _supersede(self, trial: Trial, after: int) -> None:
         moved = trial.supersede_after(after)
         self._write(ev.Superseded(trial_id=trial.trial_id, after_iteration=after, count=moved))
+        self.trial_files.supersede(trial, after)  # result.json (and the callbacks' progress.csv) follow the journal
         self.hooks.trial_superseded(trial, after)
 
     # ------------------------------------------------------------------ results and decisions
@@ -707,8 +713,7 @@ class TuneLoop:
         if run.resumed_from_clone:
             run.resumed_from_clone = False  # (its iterations may go back: they continue the source's)
         elif trial.results and trial.results[-1].get("training_iteration", 0) >= iteration:
-            moved = trial.supersede_after(iteration - 1)
-            self._write(ev.Superseded(trial_id=trial.trial_id, after_iteration=iteration - 1, count=moved))
+            self._supersede(trial, iteration - 1)
         trial.results.append(result)
         trial.time_total_s = float(result.get("time_total_s", 0.0))
         try:
