@@ -201,11 +201,16 @@ class Journal:
         raise self._gave_up
 
     def close(self) -> None:
+        """Write what waits and close; a full disk is waited for (with backoff) up to ``full_limit_s``.
+
+        Raises:
+            JournalDiskFull: the disk stayed full past ``full_limit_s`` (the file ends with whole lines).
+        """
         if self.closed:
             return
         try:
-            if self._gave_up is None:
-                self.sync(force=True)
+            while self._gave_up is None and not self.sync(force=True):
+                time.sleep(max(0.0, self._retry_at - time.monotonic()))  # backoff on a full disk: nothing else to do
         finally:
             self.closed = True
             os.close(self._fd)

@@ -57,7 +57,7 @@ from . import _events as ev
 from ._actions import SchedulerActions
 from ._callbacks import Callbacks
 from ._commits import COMMIT_POLL_S, CheckpointCommits, TrialFiles
-from ._journal import Journal, pickle_hex, to_jsonable
+from ._journal import Journal, JournalDiskFull, pickle_hex, to_jsonable
 from ._oom import OOM, failure_kind, shrink_config
 from ._search import restore_algorithms, set_objective
 from ._shapes import ShapeRefused, TrialShapes
@@ -285,7 +285,13 @@ class TuneLoop:
         self._guarded(self.reporter.finish, self.trials, status)
         self.trial_files.close_all(self._guarded)
         if journal is not None:
-            self._guarded(journal.close)
+            try:
+                journal.close()
+            except JournalDiskFull as exc:  # its disk stayed full: the experiment ends with that error, resumable
+                if self.error is None:
+                    self.error, self.status, self.interrupted = exc, "error", True
+            except Exception:  # noqa: BLE001
+                logger.warning("tuneplat: closing the journal failed", exc_info=True)
         self._guarded(self.searcher.close)
         if self.syncer is not None:
             self._guarded(self._final_sync)
