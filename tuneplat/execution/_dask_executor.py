@@ -1,7 +1,7 @@
 """The Dask :class:`~tuneplat.execution._executor.TrialExecutor`: real worker processes.
 
 Each trial's worker group is one Dask task per rank, pinned to the workers a
-gang placement chose (:class:`~tuneplat.execution._cluster.Ledger`). Ranks
+gang placement chose (:class:`~tuneplat.execution._placement.Ledger`). Ranks
 connect back to the tuner's result port (:class:`~tuneplat.execution._channel.Listener`:
 on 127.0.0.1 unless the cluster spans hosts, TLS when the cluster has TLS) and
 authenticate with a per-attempt token before anything they send is unpickled. Every ``report()`` is a small frame that the loop
