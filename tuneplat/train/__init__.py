@@ -6,6 +6,7 @@ from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ..results._result import Result
 from ..storage._checkpoint import Checkpoint
+from ._backend import BackendConfig
 from ._session import (
     CheckpointUploadMode,
     PreemptionInfo,
@@ -29,6 +30,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "BackendConfig",
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointUploadMode",
