@@ -13,6 +13,7 @@ from typing import Any
 import cloudpickle
 
 from .._settings import env_seconds
+from .._signing import sign_field
 from ._events import Event, schema_problem
 
 __all__ = ["Journal", "JournalDiskFull", "JournalError", "pickle_hex", "read_journal", "to_jsonable"]
@@ -50,7 +51,7 @@ def pickle_hex(obj: Any) -> str | None:
     if to_jsonable(obj) == obj:
         return None
     try:
-        return cloudpickle.dumps(obj).hex()
+        return sign_field(cloudpickle.dumps(obj))  # signed: restore unpickles only this user's own
     except Exception:  # noqa: BLE001 - only needed to restore exotic configs
         return None
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import cloudpickle
 
+from .._signing import SignatureError, check_field, check_file, key_path, sign_file
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import fs_for_url, is_remote, remote_is_committed
 from ._journal import JournalError, read_journal
@@ -78,7 +79,7 @@ def save_tuner_state(experiment_dir: str, state: dict[str, Any]) -> None:
     if os.path.exists(tmp):
         os.unlink(tmp)
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-        f.write(data)
+        f.write(sign_file(data))  # restore checks the signature before unpickling (tuneplat/_signing.py)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(experiment_dir, STATE_FILE))
@@ -112,6 +113,12 @@ def tuner_state_problem(experiment_dir: str) -> str | None:
         return None
     except OSError as exc:
         return f"{path} cannot be read: {exc}"
+    if not data:
+        return f"{path} is damaged: it is empty"
+    try:
+        data = check_file(path, data)
+    except SignatureError as exc:
+        return str(exc)
     problem = _state_problem(data)
     return f"{path} is damaged: {problem}" if problem else None
 
@@ -139,11 +146,12 @@ def load_tuner_state(experiment_dir: str) -> dict[str, Any]:
         return {}
     problem = tuner_state_problem(experiment_dir)
     hint = ("It holds the Tuner's settings: pass param_space=, tune_config= and run_config= to Tuner.restore(...) "
-            "instead, or remove the file if you do.")
+            "instead (then it is not read, and configs come from the journal's JSON copies), or remove the file "
+            "if you do.")
     if problem:
         raise TunerStateError(f"{problem}. {hint}")
     with open(path, "rb") as f:
-        data = f.read()
+        data = check_file(path, f.read())  # (checked above; the file is read again as it is now)
     try:
         state = cloudpickle.loads(data)  # noqa: S301 - our own file, in the user's experiment folder
     except Exception as exc:  # noqa: BLE001 - e.g. a class that no longer imports
@@ -165,13 +173,29 @@ def _config(event: dict[str, Any], key: str = "config", trusted: bool = False) -
     """
     blob = event.get("config_pickle")
     if blob and trusted:
-        try:
-            import cloudpickle
+        data = check_field(blob)
+        if data is None:  # not signed with this user's key: never unpickled
+            _warn_unsigned(event)
+        else:
+            try:
+                import cloudpickle
 
-            return cloudpickle.loads(bytes.fromhex(blob))
-        except Exception:  # noqa: BLE001 - fall back to the JSON copy
-            pass
+                return cloudpickle.loads(data)
+            except Exception:  # noqa: BLE001 - fall back to the JSON copy
+                pass
     return dict(event.get(key) or {})
+
+
+_warned_unsigned: set[str] = set()
+
+
+def _warn_unsigned(event: dict[str, Any]) -> None:
+    trial = str(event.get("trial_id"))
+    if trial not in _warned_unsigned:
+        _warned_unsigned.add(trial)
+        logger.warning("tuneplat: the journal's pickled config of trial %s is not signed with your key (%s): it was "
+                       "changed, or written by someone else or an older tuneplat; it is not unpickled, the journal's "
+                       "JSON copy of the config is used", trial, key_path())
 
 
 @dataclass(frozen=True, kw_only=True)
