@@ -210,6 +210,8 @@ class TrialFailure(TrialEvent):
     traceback: str | None = None
     retry: bool | None = None
     failure_kind: str | None = field(default=None, metadata={"json": "kind", "omit_none": True})  # JSON: "kind"
+    #: the exception's qualified type names, most specific first (empty: no exception, e.g. a lost worker)
+    types: list[str] | None = _when_set()
     oom_retry: bool | None = _when_set()
 
 

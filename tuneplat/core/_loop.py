@@ -34,7 +34,7 @@ from typing import Any
 
 from schedulers import Decision, FIFOScheduler, TrialScheduler
 
-from .._config import RunConfig, ScalingConfig, TuneConfig
+from .._config import FailureConfig, RunConfig, ScalingConfig, TuneConfig
 from .._settings import env_seconds
 from ..execution._executor import (
     Ended,
@@ -52,6 +52,7 @@ from ..execution._executor import (
     TrialExecutor,
     TrialSpec,
 )
+from ..execution._failure import ERROR, OOM, Failure
 from ..search._searcher import BasicVariantGenerator, Searcher
 from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name
 from ..tracking._progress import ProgressReporter
@@ -59,8 +60,8 @@ from . import _events as ev
 from ._actions import SchedulerActions
 from ._callbacks import Callbacks
 from ._commits import COMMIT_POLL_S, CheckpointCommits, TrialFiles
+from ._failure import End, FailurePolicy, RetrySmaller
 from ._journal import Journal, pickle_hex, to_jsonable
-from ._oom import OOM, failure_kind, shrink_config
 from ._search import restore_algorithms, set_objective
 from ._shapes import ShapeRefused, TrialShapes
 from ._state import ExperimentState, apply
@@ -145,6 +146,8 @@ class TuneLoop:
         self.status = "finished"
         self._exp_tag = os.urandom(3).hex()[:5]
         self.stop_rules = StopRules(run_config.stop)
+        #: what follows a failed attempt, within FailureConfig's three budgets
+        self.failure_policy = FailurePolicy(run_config.failure_config or FailureConfig())
         #: checkpoint commits, retention (remote stores: on I/O threads) and each trial's result.json
         self.commits = CheckpointCommits(store, run_config.checkpoint_config, self._write, self.hooks.checkpoint)
         self.trial_files = TrialFiles()
@@ -749,8 +752,8 @@ class TuneLoop:
         stop_reason = trial.stop_reason or (run.stop_reason if run is not None else None)
         if event.outcome is Outcome.RESIZED and event.preempted:
             self._write(ev.TrialPreempted(trial_id=trial.trial_id, message=event.message))
-            budget = self.rc.failure_config.max_preemption_failures  # type: ignore[union-attr]
-            if budget != -1 and trial.num_preemptions > budget and not self.stopping:
+            if self.failure_policy.over_preemption_budget(trial) and not self.stopping:
+                budget = self.failure_policy.config.max_preemption_failures
                 self._end_trial(trial, TrialStatus.ERROR, error=(
                     f"preempted {trial.num_preemptions} times, more than "
                     f"FailureConfig(max_preemption_failures={budget}): {event.message}"))
@@ -773,7 +776,7 @@ class TuneLoop:
             self.queue.appendleft(trial)
         elif (event.outcome is Outcome.FAILED and (not self.interrupted or trial.trial_id in self._no_retry)
               and decision is None):
-            self._on_failure(trial, run, event.message or "unknown failure", event.traceback)
+            self._on_failure(trial, run, event.message or "unknown failure", event.traceback, event.failure)
         elif event.outcome is Outcome.FAILED and self.interrupted:
             self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=_INTERRUPTED))
         elif decision is Decision.PAUSE:
@@ -784,63 +787,45 @@ class TuneLoop:
             self._end_trial(trial, TrialStatus.TERMINATED, stop_reason=stop_reason)
         self.actions.trial_ended(trial.trial_id)
 
-    def _on_failure(self, trial: Trial, run: RunState | None, message: str, tb: str | None) -> None:
-        failures = trial.num_failures + 1  # (its trial_failure event counts it)
-        fc = self.rc.failure_config
-        assert fc is not None
-        max_failures = fc.max_failures
-        kind = failure_kind(message, tb)
-        if kind == OOM and self.shapes.auto_sized(trial.trial_id):  # GPU_memory="auto": successors ask for more
+    def _on_failure(self, trial: Trial, run: RunState | None, message: str, tb: str | None,
+                    failure: Failure | None) -> None:
+        """An attempt failed: the failure policy decides (retry, retry smaller, end); the loop carries it out."""
+        failure = failure or Failure(ERROR, message=message)  # (an executor that does not type its failures)
+        if failure.message != message:
+            failure = dataclasses.replace(failure, message=message)
+        if failure.kind == OOM and self.shapes.auto_sized(trial.trial_id):  # GPU_memory="auto": successors ask more
             line = self.shapes.gpu_auto.on_oom(trial.trial_id, self.executor.gpu_memory_bytes())
             if line:
                 self.reporter.event(line)
-        shrunk = self._oom_shrink(trial, message) if kind == OOM else None
-        if shrunk is not None:
-            failures -= 1  # an OOM retry has its own budget (FailureConfig.max_oom_retries)
-        retry = shrunk is not None or (not self.stopping and trial.trial_id not in self._no_retry
-                                       and (max_failures == -1 or failures <= max_failures))
+        decision = self.failure_policy.decide(
+            trial, failure, retryable=not self.stopping and trial.trial_id not in self._no_retry)
+        smaller = decision if isinstance(decision, RetrySmaller) else None
+        retry = not isinstance(decision, End)
         self._write(ev.TrialFailure(
             trial_id=trial.trial_id, attempt=run.attempt if run is not None else trial.attempts - 1,
-            message=message, traceback=tb, retry=retry, failure_kind=kind, oom_retry=True if shrunk is not None else None))
-        if shrunk is not None:
-            old, new, change = shrunk
-            self._write(ev.OomRetry(trial_id=trial.trial_id, retry=trial.oom_retries + 1, change=to_jsonable(change),
-                                    old_config=to_jsonable(old), new_config=to_jsonable(new),
-                                    config_pickle=pickle_hex(new), config_object=new))
+            message=message, traceback=tb, retry=retry, failure_kind=failure.kind,
+            types=list(failure.types) or None, oom_retry=True if smaller is not None else None))
+        if smaller is not None:
+            old = trial.config
+            self._write(ev.OomRetry(trial_id=trial.trial_id, retry=trial.oom_retries + 1,
+                                    change=to_jsonable(smaller.change), old_config=to_jsonable(old),
+                                    new_config=to_jsonable(smaller.config), config_pickle=pickle_hex(smaller.config),
+                                    config_object=smaller.config))
         self.hooks.trial_failure(trial, message, retry)
-        if shrunk is not None:
-            changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in shrunk[2].items())
+        if smaller is not None:
+            fc = self.failure_policy.config
+            changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in smaller.change.items())
             self.reporter.event(f"trial {trial.trial_id} ran out of memory; retrying with {changes} "
                                 f"(OOM retry {trial.oom_retries} of {fc.max_oom_retries})")
             self.queue.append(trial)
             return
-        if retry:
+        if not isinstance(decision, End):
             self.reporter.event(f"trial {trial.trial_id} failed ({message}); retrying from its latest checkpoint")
             self.queue.append(trial)
             return
-        self._end_trial(trial, TrialStatus.ERROR, traceback=tb,
-                        error=f"out of memory (OOM): {message}" if kind == OOM else message)
+        self._end_trial(trial, TrialStatus.ERROR, traceback=tb, error=decision.error)
         if self.rc.failure_config.fail_fast and not self.fail_fast_error:  # type: ignore[union-attr]
             self._fail_experiment(f"trial {trial.trial_id} failed: {message}", prefix="fail_fast: ")
-
-    def _oom_shrink(self, trial: Trial, message: str
-                    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None:
-        """FailureConfig(oom_halve=...): ``(old config, smaller config, change)`` for another try; None when it is
-        not retried."""
-        fc = self.rc.failure_config
-        assert fc is not None
-        if (fc.oom_halve is None or self.stopping or trial.trial_id in self._no_retry
-                or trial.oom_retries >= fc.max_oom_retries):
-            return None
-        try:
-            shrunk = shrink_config(trial.config, fc.oom_halve, fc.oom_double)
-        except ValueError as exc:
-            self.reporter.say(f"tuneplat: trial {trial.trial_id} ran out of memory and cannot be shrunk: {exc}")
-            return None
-        if shrunk is None:
-            return None  # the key is missing or already at its smallest: it ends as an OOM error
-        new, change = shrunk
-        return trial.config, new, change
 
     def _fail_experiment(self, message: str, prefix: str = "") -> None:
         """End the experiment because of one trial's failure; the others stay restorable."""
