@@ -22,8 +22,8 @@ from .data import DataConfig, DataIterator, get_dataset_shard
 
 
 def __getattr__(name: str) -> object:
-    """``train.torch`` without ``import tuneplat.train.torch`` first (as ``ray.train.torch`` after ``from ray import train``)."""
-    if name == "torch":
+    """``train.torch`` (``train.xgboost``, ``train.lightgbm``) without ``import tuneplat.train.torch`` first (as ``ray.train.torch`` after ``from ray import train``)."""
+    if name in ("torch", "xgboost", "lightgbm"):
         import importlib
 
         return importlib.import_module(".torch", __name__)
