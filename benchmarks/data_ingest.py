@@ -8,8 +8,9 @@ Compared, in one run, on the same generated Parquet files (``--features`` float3
                     dtypes=torch.float32): each rank reads its row groups itself (plain Parquet: no Dask graph)
   reader            one process reading the files row group by row group with pyarrow, each column converted
                     Arrow -> numpy -> torch once per row group, batches sliced from it (the limit of one process)
-  dataloader        torch DataLoader over that reader (an IterableDataset, row groups dealt to) 2 workers,
-                    batch_size=None (the reader's ready batches)
+  dataloader        torch DataLoader over that reader: an IterableDataset dealing the row groups to 2 workers,
+                    each yielding whole row groups as column tensors (batch_size=None: one hand-over per row
+                    group, not per batch), the batches sliced from them in the main process
   ray               Ray Train's TorchTrainer(datasets={"train": ray.data.read_parquet(folder)}), 2 workers,
                     the same iter_torch_batches call (only when Ray imports; ray.init(num_cpus=4))
 
@@ -90,8 +91,9 @@ def step(batch: dict, model: object, features: int) -> int:
 
 
 # ---------------------------------------------------------------------- (2) one process, (3) DataLoader
-def row_group_batches(files: list[str], groups: list[tuple[int, int]], batch: int):
-    """The hand-written reader: each (file, row group) read with pyarrow, columns -> tensors once, batches sliced."""
+def row_group_batches(files: list[str], groups: list[tuple[int, int]], batch: int | None):
+    """The hand-written reader: each (file, row group) read with pyarrow, columns -> tensors once, batches sliced
+    (``batch`` None: whole row groups)."""
     import warnings
 
     import pyarrow.parquet as pq
@@ -107,8 +109,9 @@ def row_group_batches(files: list[str], groups: list[tuple[int, int]], batch: in
         table = pf.read_row_group(rg, use_threads=False)  # type: ignore[attr-defined]
         cols = {name: torch.from_numpy(table.column(name).to_numpy()) for name in table.column_names}
         n = table.num_rows
-        for i in range(0, n, batch):
-            yield {k: v[i:i + batch] for k, v in cols.items()}
+        step = batch or n
+        for i in range(0, n, step):
+            yield {k: v[i:i + step] for k, v in cols.items()}
 
 
 def _groups(files: list[str]) -> list[tuple[int, int]]:
@@ -131,17 +134,19 @@ def child_reader(folder: str, epochs: int, batch: int, features: int, workers: i
             info = get_worker_info()
             mine = groups if info is None else groups[info.id::info.num_workers]
             with PeakRSS() as mem:
-                yield from row_group_batches(files, mine, batch)
+                yield from row_group_batches(files, mine, None)
             if info is not None:
                 with open(os.path.join(rss_dir, f"dl_worker{info.id}_{os.getpid()}.json"), "w") as f:
-                    json.dump({"peak": mem.peak}, f)
+                    json.dump({"worker": info.id, "peak": mem.peak}, f)
 
     model = torch.nn.Linear(features, 1)
     per_epoch = []
     with PeakRSS() as mem:
         for _ in range(epochs):
             if workers:
-                it = iter(DataLoader(RowGroups(), batch_size=None, num_workers=workers, persistent_workers=False))
+                groups_in = DataLoader(RowGroups(), batch_size=None, num_workers=workers)
+                it = ({k: v[i:i + batch] for k, v in g.items()} for g in groups_in
+                      for i in range(0, len(g["y"]), batch))
             else:
                 it = row_group_batches(files, groups, batch)
             rows = 0
@@ -150,12 +155,14 @@ def child_reader(folder: str, epochs: int, batch: int, features: int, workers: i
                 for b in it:
                     rows += step(b, model, features)
             per_epoch.append((rows, time.perf_counter() - t))
-    peaks = [mem.peak]
-    if workers:
-        for name in sorted(os.listdir(rss_dir)):
-            if name.startswith("dl_worker"):
-                with open(os.path.join(rss_dir, name)) as f:
-                    peaks.append(json.load(f)["peak"])
+    peaks = [mem.peak]  # this process, then each DataLoader worker (the largest over the epochs' processes)
+    by_worker: dict[int, int] = {}
+    for name in sorted(os.listdir(rss_dir)):
+        if name.startswith("dl_worker"):
+            with open(os.path.join(rss_dir, name)) as f:
+                got = json.load(f)
+            by_worker[got["worker"]] = max(by_worker.get(got["worker"], 0), got["peak"])
+    peaks += [by_worker[w] for w in sorted(by_worker)]
     with open(out, "w") as f:
         json.dump({"per_epoch": per_epoch, "peak_rss": peaks}, f)
 
