@@ -8,8 +8,11 @@ ranks), end-to-end seconds (the call the user makes: ``trainer.fit()``, ``xgboos
 every 50 ms; the driver for the one process). Ray 2.x's ``XGBoostTrainer`` (Ray Data input, 2 workers) runs when
 ``ray`` imports, unless ``--no-ray``. The models' predictions are compared (max abs difference).
 
+xgboost.dask and XGBoostTrainer each run twice on the same worker processes; the figures are the second (warm)
+run's, ``cold_first_call`` the first's end-to-end seconds (imports in the workers included).
+
 Usage:
-  python benchmarks/boosting.py [--rows 200000] [--features 30] [--rounds 50] [--no-ray]
+  python benchmarks/boosting.py [--rows 100000] [--features 30] [--rounds 20] [--no-ray]
 
 Prints one JSON object.
 """
@@ -81,18 +84,21 @@ def rank_loop(config: dict) -> None:
     from tuneplat.train.backend import get_rank_group
     from tuneplat.train.xgboost import RayTrainReportCallback
 
-    frame = train.get_dataset_shard("train").materialize().to_pandas()
-    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"])
     t0 = time.perf_counter()
+    frame = train.get_dataset_shard("train").materialize().to_pandas()
+    t1 = time.perf_counter()
+    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"], nthread=1)
+    t2 = time.perf_counter()
     booster = xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"])
-    seconds = time.perf_counter() - t0
+    t3 = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         ckpt = None
         if train.get_context().get_world_rank() == 0:
             booster.save_model(os.path.join(folder, RayTrainReportCallback.CHECKPOINT_NAME))
             ckpt = train.Checkpoint(folder)
-        seconds = max(get_rank_group().all_gather(seconds))  # the slowest rank
-        train.report({"train_s": seconds}, checkpoint=ckpt)
+        times = get_rank_group().all_gather([t1 - t0, t2 - t1, t3 - t2])  # the slowest rank of each phase
+        train.report({"shard_s": max(t[0] for t in times), "dmatrix_s": max(t[1] for t in times),
+                      "train_s": max(t[2] for t in times)}, checkpoint=ckpt)
 
 
 def bench_tuneplat(client, ddf, rounds: int, storage: str) -> dict:
@@ -109,9 +115,11 @@ def bench_tuneplat(client, ddf, rounds: int, storage: str) -> dict:
         result = trainer.fit()
         wall = time.perf_counter() - t0
     booster = RayTrainReportCallback.get_model(result.checkpoint)
-    train_s = float(result.metrics["train_s"])
+    m = result.metrics
+    train_s = float(m["train_s"])
     return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "peak_rss_mb": mem.peak / 2**20,
-            "booster": booster}
+            "in_rank_s": {"read_shard": m["shard_s"], "dmatrix": m["dmatrix_s"], "train": m["train_s"]},
+            "booster": booster, "note": "train_s: xgboost.train in the ranks (slowest rank); end_to_end_s: fit()"}
 
 
 def bench_dask(client, ddf, rounds: int) -> dict:
@@ -146,18 +154,24 @@ def bench_one_process(frame: pd.DataFrame, rounds: int) -> dict:
 
 
 def ray_rank_loop(config: dict) -> None:
+    import os
+    import tempfile
     import time
 
     import ray.train
     import xgboost
-    from ray.train.xgboost import RayTrainReportCallback
 
     frame = ray.train.get_dataset_shard("train").materialize().to_pandas()
-    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"])
+    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"], nthread=1)
     t0 = time.perf_counter()
-    xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"],
-                  callbacks=[RayTrainReportCallback(frequency=0, checkpoint_at_end=True)])
-    ray.train.report({"train_s": time.perf_counter() - t0})
+    booster = xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"])
+    seconds = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as folder:
+        ckpt = None
+        if ray.train.get_context().get_world_rank() == 0:
+            booster.save_model(os.path.join(folder, "model.ubj"))
+            ckpt = ray.train.Checkpoint.from_directory(folder)
+        ray.train.report({"train_s": seconds}, checkpoint=ckpt)
 
 
 def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
@@ -176,7 +190,7 @@ def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
         result = trainer.fit()
         wall = time.perf_counter() - t0
         booster = RayTrainReportCallback.get_model(result.checkpoint)
-        train_s = float(result.metrics.get("train_s", float("nan")))
+        train_s = float(result.metrics.get("train_s", float("nan")))  # (rank 0's)
         return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "booster": booster,
                 "note": "end_to_end_s: trainer.fit() once ray.init() returned; peak memory not sampled"}
     finally:
@@ -185,9 +199,9 @@ def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--features", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
 
@@ -208,8 +222,14 @@ def main() -> None:
                           dashboard_address=None) as cluster, Client(cluster) as client:
             ddf = client.persist(dd.from_pandas(frame, npartitions=2, sort=False))
             client.wait_for_workers(2)
-            results["xgboost_dask"] = bench_dask(client, ddf, args.rounds)
-            results["tuneplat_XGBoostTrainer"] = bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, "tp"))
+            for run in ("cold", "warm"):  # cold: each library's first call in these worker processes
+                dask_run = bench_dask(client, ddf, args.rounds)
+                tp_run = bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, f"tp_{run}"))
+                if run == "cold":
+                    cold = {"xgboost_dask_end_to_end_s": dask_run["end_to_end_s"],
+                            "tuneplat_end_to_end_s": tp_run["end_to_end_s"]}
+            results["xgboost_dask"], results["tuneplat_XGBoostTrainer"] = dask_run, tp_run
+            out["cold_first_call"] = cold
         if not args.no_ray:
             try:
                 import ray  # noqa: F401
@@ -219,13 +239,17 @@ def main() -> None:
                 results["ray_XGBoostTrainer"] = bench_ray(frame, args.rounds, os.path.join(tmp, "ray"))
     reference = results["tuneplat_XGBoostTrainer"]["booster"].predict(X)
     for r in results.values():
-        r["max_abs_prediction_diff_vs_tuneplat"] = float(np.abs(r.pop("booster").predict(X) - reference).max())
+        diff = np.abs(r.pop("booster").predict(X) - reference)
+        r["prediction_diff_vs_tuneplat"] = {"max_abs": float(diff.max()), "mean_abs": float(diff.mean())}
     out["results"] = results
     tp = results["tuneplat_XGBoostTrainer"]
     out["ratios"] = {f"tuneplat_train_s / {k}_train_s": tp["train_s"] / r["train_s"]
                      for k, r in results.items() if k != "tuneplat_XGBoostTrainer"}
     out["ratios"].update({f"tuneplat_end_to_end_s / {k}_end_to_end_s": tp["end_to_end_s"] / r["end_to_end_s"]
                           for k, r in results.items() if k != "tuneplat_XGBoostTrainer"})
+    rank_work = tp["in_rank_s"]["dmatrix"] + tp["in_rank_s"]["train"]
+    out["ratios"]["tuneplat_in_rank_dmatrix_plus_train_s / xgboost_dask_train_s"] = \
+        rank_work / results["xgboost_dask"]["train_s"]
     out["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
     print(json.dumps(out, indent=2))
 
