@@ -8,11 +8,12 @@ ranks), end-to-end seconds (the call the user makes: ``trainer.fit()``, ``xgboos
 every 50 ms; the driver for the one process). Ray 2.x's ``XGBoostTrainer`` (Ray Data input, 2 workers) runs when
 ``ray`` imports, unless ``--no-ray``. The models' predictions are compared (max abs difference).
 
-xgboost.dask and XGBoostTrainer each run twice on the same worker processes; the figures are the second (warm)
-run's, ``cold_first_call`` the first's end-to-end seconds (imports in the workers included).
+xgboost.dask and XGBoostTrainer run once cold (``cold_first_call``: end-to-end seconds of each library's first call
+in the worker processes, imports included), then ``--repeats`` times each, interleaved; the figures are the median
+warm run's (all warm runs listed).
 
 Usage:
-  python benchmarks/boosting.py [--rows 100000] [--features 30] [--rounds 20] [--no-ray]
+  python benchmarks/boosting.py [--rows 100000] [--features 30] [--rounds 20] [--repeats 3] [--no-ray]
 
 Prints one JSON object.
 """
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import threading
@@ -202,6 +204,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--features", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3, help="warm runs of xgboost.dask and XGBoostTrainer "
+                        "(interleaved; medians reported)")
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
 
@@ -222,13 +226,24 @@ def main() -> None:
                           dashboard_address=None) as cluster, Client(cluster) as client:
             ddf = client.persist(dd.from_pandas(frame, npartitions=2, sort=False))
             client.wait_for_workers(2)
-            for run in ("cold", "warm"):  # cold: each library's first call in these worker processes
-                dask_run = bench_dask(client, ddf, args.rounds)
-                tp_run = bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, f"tp_{run}"))
-                if run == "cold":
-                    cold = {"xgboost_dask_end_to_end_s": dask_run["end_to_end_s"],
-                            "tuneplat_end_to_end_s": tp_run["end_to_end_s"]}
-            results["xgboost_dask"], results["tuneplat_XGBoostTrainer"] = dask_run, tp_run
+            runs: dict[str, list[dict]] = {"xgboost_dask": [], "tuneplat_XGBoostTrainer": []}
+            for i in range(1 + args.repeats):  # run 0 is cold: each library's first call in these worker processes
+                order = [("xgboost_dask", lambda: bench_dask(client, ddf, args.rounds)),
+                         ("tuneplat_XGBoostTrainer",
+                          lambda i=i: bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, f"tp_{i}")))]
+                for name, run in order if i % 2 == 0 else order[::-1]:  # interleaved: load drift favours neither
+                    runs[name].append(run())
+            cold = {f"{name}_end_to_end_s": rs[0]["end_to_end_s"] for name, rs in runs.items()}
+            for name, rs in runs.items():
+                warm = rs[1:]
+                med = sorted(warm, key=lambda r: r["train_s"])[len(warm) // 2]  # the median run (by train_s)
+                med["end_to_end_s"] = statistics.median(r["end_to_end_s"] for r in warm)
+                med["all_warm_train_s"] = [round(r["train_s"], 3) for r in warm]
+                med["all_warm_end_to_end_s"] = [round(r["end_to_end_s"], 3) for r in warm]
+                for r in rs:
+                    if r is not med:
+                        r.pop("booster", None)
+                results[name] = med
             out["cold_first_call"] = cold
         if not args.no_ray:
             try:
