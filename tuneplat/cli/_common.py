@@ -266,6 +266,7 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     from ..results._result import ResultGrid
 
     path, fs, url = _fetch_remote(experiment_dir)
+    running = _is_running(path)  # (first: another user's experiment is "permission denied", not "no experiment")
     if not Tuner.can_restore(path):
         raise _Fail(not_an_experiment(experiment_dir, path))
     try:
@@ -278,23 +279,47 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     from ..tracking._progress import status_words
 
     ended = _experiment_end_status(path)
-    meta["status"] = "running" if _is_running(path) else (
+    meta["status"] = "running" if running else (
         status_words(ended, Counter(t.status.value for t in trials), len(trials)) if ended else "crashed (resumable)")
     meta["path"] = url or path
     meta["world_size"] = {t.trial_id: t.world_size for t in trials}
     return ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
 
 
+def _not_yours(experiment_dir: str, lock: str) -> str:
+    """Permission denied on another user's experiment: whose it is and what to do."""
+    try:
+        uid = os.stat(lock).st_uid
+    except OSError:
+        uid = -1
+    try:
+        import pwd
+
+        owner = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        owner = f"uid {uid}"
+    me = os.getuid() if hasattr(os, "getuid") else -1
+    return (f"permission denied: {experiment_dir} belongs to {owner}, and its lock file {lock} (which says whether "
+            f"a tuner is running it) is readable by its owner only; you are uid {me}. Run tuneplat as {owner}")
+
+
 def _is_running(experiment_dir: str) -> bool:
-    """Whether a live process holds the experiment's in-use lock (see core/_lock.py)."""
+    """Whether a live process holds the experiment's in-use lock (see core/_lock.py).
+
+    Raises:
+        _Fail: permission denied on the lock (another user's experiment): whether it runs cannot be told.
+    """
     from ..core._lock import LOCK_NAME
 
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         return False
+    lock = os.path.join(experiment_dir, LOCK_NAME)
     try:
-        fd = os.open(os.path.join(experiment_dir, LOCK_NAME), os.O_RDONLY)
+        fd = os.open(lock, os.O_RDONLY)
+    except PermissionError:
+        raise _Fail(_not_yours(experiment_dir, lock), EXIT_FAILED) from None
     except OSError:
         return False
     try:
