@@ -109,3 +109,18 @@ def test_a_planted_trainer_pkl_is_refused_and_the_message_says_how_to_go_on(tmp_
     with pytest.raises(ValueError, match=r"trainer.pkl is refused: .*train_loop_per_worker=\.\.\."):
         tune.TorchTrainer.restore(str(folder))
     assert not marker.exists()  # (before: restore unpickled it first)
+
+
+def test_the_cli_names_a_refused_tuner_pkl_and_status_still_reads_the_journal(tmp_path, capsys):
+    from tuneplat.cli import main
+
+    grid = _fit(str(tmp_path))
+    marker = tmp_path / "code-ran"
+    with open(os.path.join(grid.experiment_path, "tuner.pkl"), "wb") as f:
+        f.write(pickle.dumps(_Evil(str(marker))))
+    assert main(["status", grid.experiment_path]) == 0  # looking needs no tuner.pkl (before: "not an experiment")
+    assert "TERMINATED" in capsys.readouterr().out
+    assert main(["resume", grid.experiment_path, "--trainable", f"{__name__}:tuple_config"]) != 0
+    err = capsys.readouterr().err
+    assert "tuner.pkl is refused" in err and "not unpickled" in err, err  # (before: "not a tuneplat experiment")
+    assert not marker.exists()

@@ -252,22 +252,38 @@ def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
 
 def not_an_experiment(given: str, local_path: str) -> str:
     """Why ``given`` cannot be read as an experiment: it does not exist, or it holds no journal (same words as
-    ``status``, which also takes a storage folder)."""
+    ``status``, which also takes a storage folder), or its journal is damaged (the file and line)."""
     if not os.path.exists(local_path):
         return (f"{given}: no such folder; pass an experiment folder (<storage_path>/<name>), e.g. one that "
                 "tuneplat status ./tuneplat_results lists")
+    if os.path.isfile(os.path.join(local_path, "journal.jsonl")):
+        from ..core._replay import restore_problem
+
+        problem = restore_problem(local_path)
+        if problem:
+            return problem
     return f"{given}: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"
 
 
+def journal_readable(local_path: str) -> bool:
+    """Whether the folder's journal can be read (its ``tuner.pkl`` aside: reading a folder never unpickles it)."""
+    from ..core._journal import JournalError, read_journal
+
+    try:
+        read_journal(os.path.join(local_path, "journal.jsonl"))
+    except (JournalError, OSError, UnicodeDecodeError):
+        return False
+    return True
+
+
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
-    from .._tuner import Tuner
     from ..core._journal import JournalError
     from ..core._replay import load_trials
     from ..results._result import ResultGrid
 
     path, fs, url = _fetch_remote(experiment_dir)
     running = _is_running(path)  # (first: another user's experiment is "permission denied", not "no experiment")
-    if not Tuner.can_restore(path):
+    if not journal_readable(path):  # (a damaged or refused tuner.pkl does not stop a look at the journal)
         raise _Fail(not_an_experiment(experiment_dir, path))
     try:
         trials, meta = load_trials(path, fs)
