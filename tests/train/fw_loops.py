@@ -80,7 +80,12 @@ def fsdp2(config: dict[str, Any]) -> None:
     )
     from torch.distributed.fsdp import fully_shard
 
-    model = _net()
+    from tuneplat.train.torch import get_device
+
+    device = get_device()
+    if config.get("own_group") and not dist.is_initialized():  # 1 rank with sharding on (the GPU test)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
+    model = _net().to(device)
     if dist.is_initialized():
         for layer in model:
             if isinstance(layer, torch.nn.Linear):
@@ -98,7 +103,7 @@ def fsdp2(config: dict[str, Any]) -> None:
             with open(os.path.join(d, "step.json"), encoding="utf-8") as f:
                 start = json.load(f)["step"] + 1
     for step in range(start, config["steps"]):
-        x, y = _batch(step, config["global_batch"])
+        x, y = (t.to(device) for t in _batch(step, config["global_batch"]))
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -117,6 +122,8 @@ def fsdp2(config: dict[str, Any]) -> None:
         _maybe_crash(config, step)
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     _save_final(config, full)
+    if config.get("own_group"):
+        dist.destroy_process_group()
 
 
 def _save_final(config: dict[str, Any], state: dict[str, torch.Tensor]) -> None:
@@ -145,7 +152,8 @@ def deepspeed_zero(config: dict[str, Any]) -> None:
     model = _net()
     opt = torch.optim.Adam(model.parameters(), lr=config.get("lr", 0.01))
     ds_config = {"train_micro_batch_size_per_gpu": config["global_batch"] // world, "gradient_accumulation_steps": 1,
-                 "zero_optimization": {"stage": config.get("stage", 2)}, "steps_per_print": 10**9}
+                 "zero_optimization": {"stage": config.get("stage", 2)}, "steps_per_print": 10**9,
+                 **({"fp16": {"enabled": True}} if config.get("half") else {})}
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config)
     start = 0
     ckpt = train.get_checkpoint() if _in_trial() else None
@@ -154,7 +162,9 @@ def deepspeed_zero(config: dict[str, Any]) -> None:
             _, client_state = engine.load_checkpoint(d, tag="step")  # every rank loads its own ZeRO partition
             start = client_state["step"] + 1
     for step in range(start, config["steps"]):
-        x, y = _batch(step, config["global_batch"])
+        x, y = (t.to(engine.device) for t in _batch(step, config["global_batch"]))
+        if config.get("half"):
+            x, y = x.half(), y.half()
         loss = torch.nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)
         engine.step()
@@ -205,7 +215,7 @@ def lightning_strategy(config: dict[str, Any]) -> None:
 
     Rank 0 saves the final full parameters as ``final.pt`` in the trial folder (FSDP gathers them).
     """
-    import lightning.pytorch as pl
+    import pytorch_lightning as pl  # (the ported guide's LightningModule is a pytorch_lightning one)
     from torch.utils.data import DataLoader
 
     import tuneplat.train.lightning as tl

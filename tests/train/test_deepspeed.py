@@ -52,6 +52,13 @@ def test_zero2_two_ranks_equal_deepspeed_launcher_and_checkpoint_holds_every_ran
     theirs_final = torch.load(tmp_path / "ds" / "final.pt", weights_only=True)
     for key, value in final.items():
         torch.testing.assert_close(value, theirs_final[key], rtol=1e-6, atol=1e-7)
+    one = TorchTrainer(fw_loops.deepspeed_zero, train_loop_config=CONFIG, scaling_config=ScalingConfig(num_workers=1),
+                       run_config=_rc(storage, "zero2_one"), client=dask_client).fit()
+    # 1 rank with the same global batch (DeepSpeed makes its own 1-rank group from MASTER_ADDR/MASTER_PORT, which
+    # tuneplat sets for single-rank trials too): the mean of the two halves' gradients is the whole batch's, up to
+    # float32 summation order (~1e-7 relative per step, compounding over 4 Adam steps)
+    torch.testing.assert_close(torch.tensor(one.metrics_dataframe["loss"].tolist()), torch.tensor(ours),
+                               rtol=1e-5, atol=1e-6)
     tag = os.path.join(result.checkpoint.path, "step")
     files = set(os.listdir(tag))  # rank 0's model states and partition, rank 1's partition: one checkpoint
     assert {"mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt",

@@ -135,7 +135,10 @@ class TorchBackend(Backend):
         self._backend, timeout_s = _torch_settings(backend_config, spec)
         if spec.world_size > 1:
             self._sockets = _join_process_group(worker_group, self._backend, timeout_s)
-        elif spec.gpu_ids:
+            return
+        if "MASTER_ADDR" not in os.environ:  # libraries that make their own 1-rank group read these (DeepSpeed)
+            os.environ.update(MASTER_ADDR=worker_group.host, MASTER_PORT=str(worker_group.free_port()))
+        if spec.gpu_ids:
             _pin_gpu(spec)
 
     def on_shutdown(self, worker_group: RankGroup, backend_config: Any) -> None:

@@ -74,8 +74,33 @@ class _StrategyMixin:
         return {"num_replicas": self.world_size, "rank": self.global_rank}
 
 
-class _FSDPMixin(_StrategyMixin):
+class _ShardedSaveMixin(_StrategyMixin):
+    """Every rank saves its shard under the path it was given (Lightning sends rank 0's path to every rank).
+
+    ``RayTrainReportCallback`` gives each rank a folder of its own and reports
+    it: with rank 0's path everywhere, a rank on another host would write its
+    shard where no report picks it up. Under its own path every shard reaches
+    the same tuneplat checkpoint (``docs/frameworks.md``).
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        self.broadcast = _own_value  # type: ignore[method-assign]
+        try:
+            super().save_checkpoint(checkpoint, filepath, storage_options)  # type: ignore[misc]
+        finally:
+            del self.broadcast
+
+
+def _own_value(obj: Any, src: int = 0) -> Any:
+    return obj
+
+
+class _FSDPMixin(_ShardedSaveMixin):
     kwargs: dict[str, Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._state_dict_type_given = "state_dict_type" in kwargs
+        super().__init__(*args, **kwargs)
 
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap in FSDP; on a CPU rank with ``device_id=cpu``, which FSDP accepts (Lightning passes None there,
@@ -85,6 +110,10 @@ class _FSDPMixin(_StrategyMixin):
         setup = super()._setup_model  # type: ignore[misc]
         if self.root_device.type != "cpu" or any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
             return setup(model)  # type: ignore[no-any-return]
+        if not self._state_dict_type_given:
+            # torch 2.13's FSDP crashes the process (SIGSEGV) gathering a full optimizer state on CPU ranks; the
+            # sharded checkpoint (torch.distributed.checkpoint, one file per rank) works there
+            self._state_dict_type = "sharded"
         wrapped = FullyShardedDataParallel(
             module=model, cpu_offload=self.cpu_offload, mixed_precision=self.mixed_precision_config,  # type: ignore[attr-defined]
             sharding_strategy=self.sharding_strategy, device_id=torch.device("cpu"), **self.kwargs)  # type: ignore[attr-defined]
@@ -186,7 +215,7 @@ def _family(package: str) -> dict[str, type]:
             "RayDDPStrategy": type("RayDDPStrategy", (_StrategyMixin, mod.strategies.DDPStrategy), {"__module__": __name__}),
             "RayFSDPStrategy": type("RayFSDPStrategy", (_FSDPMixin, mod.strategies.FSDPStrategy),
                                     {"__module__": __name__}),
-            "RayDeepSpeedStrategy": type("RayDeepSpeedStrategy", (_StrategyMixin, mod.strategies.DeepSpeedStrategy),
+            "RayDeepSpeedStrategy": type("RayDeepSpeedStrategy", (_ShardedSaveMixin, mod.strategies.DeepSpeedStrategy),
                                          {"__module__": __name__}),
             "RayLightningEnvironment": type("RayLightningEnvironment", (_EnvironmentMixin, env.LightningEnvironment),
                                             {"__module__": __name__}),
@@ -230,14 +259,16 @@ class RayFSDPStrategy(_Dispatch, _FSDPMixin, pl.strategies.FSDPStrategy):  # typ
     Lightning refuses ``strategy="fsdp"`` without a GPU (a check on its own
     class) and wraps with ``device_id=None``, which torch's FSDP refuses on a
     CPU; on a CPU rank this strategy wraps with ``device_id=cpu``, which FSDP
-    accepts (``docs/frameworks.md``).
+    accepts, and saves sharded checkpoints unless ``state_dict_type`` is given
+    (torch's FSDP crashes gathering a full optimizer state on CPU). Every rank
+    saves its shard into the folder it reports (``docs/frameworks.md``).
 
     Example:
         >>> pl.Trainer(strategy=RayFSDPStrategy(), plugins=[RayLightningEnvironment()])  # doctest: +SKIP
     """
 
 
-class RayDeepSpeedStrategy(_Dispatch, _StrategyMixin, pl.strategies.DeepSpeedStrategy):  # type: ignore[misc,name-defined]
+class RayDeepSpeedStrategy(_Dispatch, _ShardedSaveMixin, pl.strategies.DeepSpeedStrategy):  # type: ignore[misc,name-defined]
     """Lightning's ``DeepSpeedStrategy`` on the process group tuneplat set up for the trial (Ray's signature).
 
     Takes ``DeepSpeedStrategy``'s arguments (``stage``, ``offload_optimizer``,
