@@ -233,8 +233,9 @@ def lightning_strategy(config: dict[str, Any]) -> None:
     if config["strategy"] == "fsdp":
         from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
 
+        # (offload_to_cpu=True fails on CPU ranks: the parameters are there already)
         with FullyShardedDataParallel.state_dict_type(trainer.strategy.model, StateDictType.FULL_STATE_DICT,
-                                                      FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
+                                                      FullStateDictConfig(offload_to_cpu=False, rank0_only=False)):
             state = trainer.strategy.model.state_dict()
         state = {k.removeprefix("_forward_module."): v for k, v in state.items()}
     else:

@@ -72,8 +72,6 @@ def linear_pmap(config: dict[str, Any]) -> None:
         else:
             with open(os.path.join(config["out"], f"rank{rank}.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps(metrics) + "\n")
-        if config.get("crash_after") == step and _in_trial() and train.get_context().get_attempt() == 0 and rank == 0:
-            raise RuntimeError(f"crash after step {step}, on purpose")
     if rank == 0:
         folder = train.get_context().get_trial_dir() if _in_trial() else config["out"]
         np.save(os.path.join(folder, "final.npy"), np.asarray(w_rep[0]))

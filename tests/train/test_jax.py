@@ -45,13 +45,16 @@ def test_two_ranks_equal_jax_distributed_by_hand(dask_client, storage, tmp_path)
 def test_restored_from_checkpoint_takes_the_same_next_step_and_jax_reinitializes(dask_client, storage):
     straight = JaxTrainer(jax_loops.linear_pmap, train_loop_config=CONFIG, scaling_config=ScalingConfig(num_workers=2),
                           run_config=_rc(storage, "straight"), client=dask_client).fit()
-    # the same worker processes run a second and third JAX trial: each initializes jax.distributed again
-    crashed = JaxTrainer(jax_loops.linear_pmap, train_loop_config={**CONFIG, "crash_after": 1},
-                         scaling_config=ScalingConfig(num_workers=2), client=dask_client,
-                         run_config=_rc(storage, "crashed", failure_config=tune.FailureConfig(max_failures=1))).fit()
-    df = crashed.metrics_dataframe
-    assert df["step"].tolist() == [0, 1, 2, 3, 4]
-    np.testing.assert_allclose(df["loss"].tolist(), straight.metrics_dataframe["loss"].tolist(), rtol=1e-6)
+    # the same worker processes run a second and a third JAX group: each initializes jax.distributed again
+    first = JaxTrainer(jax_loops.linear_pmap, train_loop_config={**CONFIG, "steps": 2},
+                       scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "first"),
+                       client=dask_client).fit()
+    resumed = JaxTrainer(jax_loops.linear_pmap, train_loop_config=CONFIG, resume_from_checkpoint=first.checkpoint,
+                         scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "resumed"),
+                         client=dask_client).fit()
+    df = resumed.metrics_dataframe
+    assert df["step"].tolist() == [2, 3, 4]  # it went on from step 1's checkpoint
+    np.testing.assert_allclose(df["loss"].tolist(), straight.metrics_dataframe["loss"].tolist()[2:], rtol=1e-6)
 
 
 def test_tuner_with_asha_over_jax_trainer_stops_trials(dask_client, storage):

@@ -42,12 +42,14 @@ def test_two_ranks_equal_tf_config_by_hand_and_checkpoint_restores(dask_client, 
     for key in a.files:
         np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)
     assert os.path.isfile(os.path.join(result.checkpoint.path, "model.keras"))
-    # restore: the first attempt crashes after epoch 1; the retry loads model.keras (weights and optimizer step)
-    crashed = TensorflowTrainer(tf_loops.keras_mwms, train_loop_config={**CONFIG, "crash_after": 1},
-                                scaling_config=ScalingConfig(num_workers=2), client=dask_client,
-                                run_config=_rc(storage, "tf_crash",
-                                               failure_config=tune.FailureConfig(max_failures=1))).fit()
-    np.testing.assert_allclose(crashed.metrics_dataframe["loss"].tolist(), ours, rtol=1e-5)
+    # restore: a run of 2 epochs, then a run resumed from its checkpoint (model.keras: weights and optimizer step)
+    first = TensorflowTrainer(tf_loops.keras_mwms, train_loop_config={**CONFIG, "epochs": 2},
+                              scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "tf_first"),
+                              client=dask_client).fit()
+    resumed = TensorflowTrainer(tf_loops.keras_mwms, train_loop_config=CONFIG, resume_from_checkpoint=first.checkpoint,
+                                scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "tf_resumed"),
+                                client=dask_client).fit()
+    np.testing.assert_allclose(resumed.metrics_dataframe["loss"].tolist(), ours[2:], rtol=1e-5)
 
 
 def test_keras_3_trains_on_two_ranks_with_its_own_callback_base(dask_client, storage):
@@ -59,7 +61,21 @@ def test_keras_3_trains_on_two_ranks_with_its_own_callback_base(dask_client, sto
     assert os.path.isfile(os.path.join(result.checkpoint.path, "model.keras"))
 
 
-def test_each_rank_gets_its_tf_config_and_it_is_removed_after(dask_client, storage):
+def test_dataset_shard_to_tf_feeds_keras_on_each_rank(dask_client, storage):
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=256).astype("float32")
+    df = pd.DataFrame({"x": x, "y": (2 * x + 1).astype("float32")})
+    result = TensorflowTrainer(tf_loops.keras_on_shard, train_loop_config={"epochs": 3}, datasets={"train": df},
+                               scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "tf_data"),
+                               client=dask_client).fit()
+    losses = result.metrics_dataframe["loss"].tolist()
+    assert result.metrics["rows"] == 128  # rank 0's shard: half of the rows, every one once per pass
+    assert len(losses) == 3 and losses[-1] < losses[0]
+
+
+def test_each_rank_gets_its_tf_config(dask_client, storage):
     grid = tune.Tuner(TensorflowTrainer(_tf_config_seen, scaling_config=ScalingConfig(num_workers=2)),
                       run_config=_rc(storage, "tfconf"), client=dask_client).fit()
     seen = grid[0].metrics

@@ -60,8 +60,6 @@ def keras_mwms(config: dict[str, Any]) -> None:
         from tuneplat.train.tensorflow.keras import ReportCheckpointCallback
 
         callbacks: list[Any] = [ReportCheckpointCallback(metrics={"loss": "loss"})]
-        if config.get("crash_after") is not None and train.get_context().get_attempt() == 0:
-            callbacks.append(_crash_after(tf, config["crash_after"]))
     else:
         callbacks = [_record(tf, config["out"])]
     model.fit(ds, epochs=config["epochs"], steps_per_epoch=config["steps"], initial_epoch=start, verbose=0,
@@ -91,6 +89,33 @@ def keras3_mwms(config: dict[str, Any]) -> None:
     model.fit(ds, epochs=config["epochs"], steps_per_epoch=config["steps"], verbose=0, callbacks=[callback])
 
 
+def keras_on_shard(config: dict[str, Any]) -> None:
+    """Ray's data path: ``get_dataset_shard("train").to_tf(...)`` + ``prepare_dataset_shard``, then Keras ``fit``."""
+    import tensorflow as tf
+
+    from tuneplat.train.tensorflow import prepare_dataset_shard
+    from tuneplat.train.tensorflow.keras import ReportCheckpointCallback
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    shard = train.get_dataset_shard("train")
+    ds = prepare_dataset_shard(shard.to_tf("x", "y", batch_size=16).map(lambda x, y: (tf.reshape(x, (-1, 1)), y)))
+    rows = sum(int(x.shape[0]) for x, _ in ds)  # one pass: one epoch of this rank's shard
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1), loss="mse")
+    model.fit(ds, epochs=config.get("epochs", 2), verbose=0,
+              callbacks=[ReportCheckpointCallback(checkpoint_on=[]), _rows_in_logs(tf, rows)])
+
+
+def _rows_in_logs(tf: Any, rows: int) -> Any:
+    class Rows(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            if logs is not None:
+                logs["rows"] = rows
+
+    return Rows()
+
+
 def _record(tf: Any, out: str) -> Any:
     class Record(tf.keras.callbacks.Callback):
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
@@ -98,15 +123,6 @@ def _record(tf: Any, out: str) -> Any:
                 f.write(json.dumps({"epoch": epoch, "loss": float(logs["loss"])}) + "\n")
 
     return Record()
-
-
-def _crash_after(tf: Any, epoch: int) -> Any:
-    class Crash(tf.keras.callbacks.Callback):
-        def on_epoch_end(self, e: int, logs: dict | None = None) -> None:
-            if e == epoch and _rank() == 0:
-                raise RuntimeError(f"crash after epoch {e}, on purpose")
-
-    return Crash()
 
 
 # ------------------------------------------------------------------ the library's own launch, by hand

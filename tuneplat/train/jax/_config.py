@@ -85,8 +85,9 @@ class _JaxBackend(Backend):
         params = inspect.signature(jax.distributed.initialize).parameters
         if worker_group.rank == 0 and "coordinator_bind_address" in params:
             kwargs["coordinator_bind_address"] = coordinator  # JAX's default binds every interface
-        if "initialization_timeout" in params:  # a missing peer fails the trial in the group's timeout
-            kwargs["initialization_timeout"] = max(int(worker_group.timeout_s), 1)
+        for name in ("initialization_timeout", "shutdown_timeout_seconds"):  # a missing peer: the group's timeout
+            if name in params:
+                kwargs[name] = max(int(worker_group.timeout_s), 1)
         jax.distributed.initialize(coordinator, worker_group.world_size, worker_group.rank, **kwargs)
         self._initialized = True
         logger.debug("tuneplat: rank %d joined jax.distributed at %s", worker_group.rank, coordinator)
@@ -105,7 +106,7 @@ class _JaxBackend(Backend):
         try:
             jax.distributed.shutdown()
         except Exception:  # noqa: BLE001 - a peer already gone: the trial's outcome is decided
-            logger.debug("tuneplat: jax.distributed.shutdown() failed", exc_info=True)
+            logger.warning("tuneplat: rank %d: jax.distributed.shutdown() failed", worker_group.rank, exc_info=True)
         _fresh_backends(jax)
 
 

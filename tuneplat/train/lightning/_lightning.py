@@ -111,8 +111,8 @@ class _FSDPMixin(_ShardedSaveMixin):
         if self.root_device.type != "cpu" or any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
             return setup(model)  # type: ignore[no-any-return]
         if not self._state_dict_type_given:
-            # torch 2.13's FSDP crashes the process (SIGSEGV) gathering a full optimizer state on CPU ranks; the
-            # sharded checkpoint (torch.distributed.checkpoint, one file per rank) works there
+            # Lightning's "full" checkpoint gathers with offload_to_cpu=True, which torch's FSDP cannot do on CPU
+            # ranks (the process dies); the sharded checkpoint (torch.distributed.checkpoint, a file per rank) works
             self._state_dict_type = "sharded"
         wrapped = FullyShardedDataParallel(
             module=model, cpu_offload=self.cpu_offload, mixed_precision=self.mixed_precision_config,  # type: ignore[attr-defined]
@@ -260,7 +260,8 @@ class RayFSDPStrategy(_Dispatch, _FSDPMixin, pl.strategies.FSDPStrategy):  # typ
     class) and wraps with ``device_id=None``, which torch's FSDP refuses on a
     CPU; on a CPU rank this strategy wraps with ``device_id=cpu``, which FSDP
     accepts, and saves sharded checkpoints unless ``state_dict_type`` is given
-    (torch's FSDP crashes gathering a full optimizer state on CPU). Every rank
+    (Lightning's full checkpoint offloads to the CPU, which FSDP cannot do on a
+    CPU rank). Every rank
     saves its shard into the folder it reports (``docs/frameworks.md``).
 
     Example:

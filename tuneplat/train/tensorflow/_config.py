@@ -86,6 +86,33 @@ class _TensorflowBackend(Backend):
         for key in self._added:  # a later trial of this worker must not see this group
             os.environ.pop(key, None)
         self._added = []
+        _reset_tensorflow()
+
+
+def _reset_tensorflow() -> None:
+    """Drop TensorFlow's eager context, so that the next trial of this worker process can form a new group.
+
+    ``MultiWorkerMirroredStrategy`` configures collective ops (and their
+    server) into the process's eager context once; a second strategy with
+    another ``TF_CONFIG`` in the same process then waits forever for the first
+    group. Ray never meets this (a run's workers are new processes); here the
+    Dask worker process lives on, so the context is reset (TensorFlow's own
+    multi-worker tests do the same) and Keras' global state cleared.
+    """
+    if "tensorflow" not in sys.modules:
+        return
+    try:
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+
+        try:
+            tf.keras.backend.clear_session()
+        except Exception:  # noqa: BLE001 - Keras not loaded or another version: the context reset is what matters
+            logger.debug("tuneplat: keras clear_session failed", exc_info=True)
+        context._reset_context()
+    except Exception:  # noqa: BLE001 - another TensorFlow: the next group may then hang (docs/frameworks.md)
+        logger.warning("tuneplat: could not reset TensorFlow's context; a later TensorFlow group in this worker "
+                       "process may not form", exc_info=True)
 
 
 def _keras_resolved() -> bool:
