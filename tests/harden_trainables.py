@@ -57,3 +57,8 @@ def fails_once_after_checkpoint(config):
             train.report({"loss": 1.0 / i, "i": i, "attempt": ctx.get_attempt()}, checkpoint=ck)
         if ctx.get_attempt() == 0 and i == config["fail_at"] and ctx.get_world_rank() == 1:
             raise RuntimeError(f"rank 1 fails after iteration {i} (first attempt only)")
+
+
+def returns_at_once(config):
+    """Returns without reporting anything."""
+    return None

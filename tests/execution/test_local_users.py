@@ -24,7 +24,8 @@ def _free_port() -> int:
 
 def _ended_silently(results) -> list[str]:
     """Trials that ended TERMINATED with neither a result nor a recorded reason."""
-    return [r.trial_id for r in results if r.error is None and not r.metrics]
+    return [r.trial_id for r in results if r.error is None and not r.metrics.get("training_iteration")
+            and not r.stop_reason]
 
 
 @pytest.mark.timeout(600)
@@ -79,3 +80,16 @@ def test_a_rank_that_never_authenticates_is_a_failure_with_its_cause_and_retried
     assert len([e for e in events if e["event"] == "trial_start"]) == 2  # retried once, as a failure
     failures = [e for e in events if e["event"] == "trial_failure"]
     assert [f["retry"] for f in failures] == [True, False]
+
+
+def test_a_trial_that_reports_nothing_ends_with_a_recorded_reason(dask_client, tmp_path):
+    results = tune.Tuner(
+        H.returns_at_once, param_space={},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0, mlflow=False),
+        client=dask_client,
+    ).fit()
+    (r,) = list(results)
+    assert r.error is None and not r.metrics.get("training_iteration")
+    assert r.stop_reason and "reported no result" in r.stop_reason, r.stop_reason  # (before: None)
+    assert _ended_silently(results) == []

@@ -874,6 +874,9 @@ class TuneLoop:
                    traceback: str | None = None, stop_reason: str | None = None, resumable: bool = False,
                    pruned: bool | None = None) -> None:
         """The trial reaches ``status`` (``stop_reason`` None: the one it has)."""
+        if (status is TrialStatus.TERMINATED and not trial.results and stop_reason is None
+                and not trial.stop_reason):  # never TERMINATED with neither a result nor a reason
+            stop_reason = "it reported no result: its function returned before calling report()"
         self._write(ev.TrialEnd(
             trial_id=trial.trial_id, status=status.value, error=error, traceback=traceback,
             stop_reason=stop_reason if stop_reason is not None else trial.stop_reason, iteration=trial.iteration,
