@@ -22,6 +22,7 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -287,7 +288,8 @@ def main_sweep(args: argparse.Namespace) -> None:
             except ImportError:
                 out["ray"] = "not installed"
             else:
-                out["ray"] = sweep_ray(args.sweep, os.path.join(tmp, "ray"))
+                with contextlib.redirect_stdout(sys.stderr):  # Ray prints its tables: stdout stays the JSON
+                    out["ray"] = sweep_ray(args.sweep, os.path.join(tmp, "ray"))
                 out["ratio_wall_tuneplat_over_ray"] = out["tuneplat"]["wall_s"] / out["ray"]["wall_s"]
     out["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
     print(json.dumps(out, indent=2))
@@ -350,7 +352,8 @@ def main() -> None:
             except ImportError:
                 out["ray"] = "not installed"
             else:
-                results["ray_XGBoostTrainer"] = bench_ray(frame, args.rounds, os.path.join(tmp, "ray"))
+                with contextlib.redirect_stdout(sys.stderr):  # Ray prints its tables: stdout stays the JSON
+                    results["ray_XGBoostTrainer"] = bench_ray(frame, args.rounds, os.path.join(tmp, "ray"))
     reference = results["tuneplat_XGBoostTrainer"]["booster"].predict(X)
     for r in results.values():
         diff = np.abs(r.pop("booster").predict(X) - reference)
