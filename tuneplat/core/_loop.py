@@ -61,7 +61,7 @@ from ._actions import SchedulerActions
 from ._callbacks import Callbacks
 from ._commits import COMMIT_POLL_S, CheckpointCommits, TrialFiles
 from ._failure import End, FailurePolicy, RetrySmaller
-from ._journal import Journal, pickle_hex, to_jsonable
+from ._journal import Journal, JournalDiskFull, pickle_hex, to_jsonable
 from ._phase import ExperimentPhase
 from ._search import restore_algorithms, set_objective
 from ._shapes import ShapeRefused, TrialShapes
@@ -288,6 +288,12 @@ class TuneLoop:
                 if t.attempts else f"not started: the experiment ended ({why}); Tuner.restore runs it"))
 
     def _close(self) -> None:
+        try:
+            self._close_files()
+        finally:  # whatever a callback raised on the way, the executor (and a cluster it started) is closed
+            self._guarded(self.executor.close)
+
+    def _close_files(self) -> None:
         self._guarded(self._end_unfinished)
         status = self.status
         lag = self.hooks.backlog_s()
@@ -305,11 +311,17 @@ class TuneLoop:
         self._guarded(self.reporter.finish, self.trials, status)
         self.trial_files.close_all(self._guarded)
         if journal is not None:
-            self._guarded(journal.close)
+            try:
+                journal.close()
+            except JournalDiskFull as exc:  # its disk stayed full: the experiment ends with that error, resumable
+                if self.error is None:
+                    self.error = exc
+                    self._move(ExperimentPhase.ERRORED)
+            except Exception:  # noqa: BLE001
+                logger.warning("tuneplat: closing the journal failed", exc_info=True)
         self._guarded(self.searcher.close)
         if self.syncer is not None:
             self._guarded(self._final_sync)
-        self._guarded(self.executor.close)
 
     def _final_sync(self) -> None:
         assert self.syncer is not None
@@ -673,6 +685,7 @@ class TuneLoop:
     def _supersede(self, trial: Trial, after: int) -> None:
         moved = sum(1 for r in trial.results if r.get("training_iteration", 0) > after)
         self._write(ev.Superseded(trial_id=trial.trial_id, after_iteration=after, count=moved))
+        self.trial_files.supersede(trial, after)  # result.json (and the callbacks' progress.csv) follow the journal
         self.hooks.trial_superseded(trial, after)
 
     # ------------------------------------------------------------------ results and decisions
@@ -720,8 +733,7 @@ class TuneLoop:
         if run.resumed_from_clone:
             run.resumed_from_clone = False  # (its iterations may go back: they continue the source's)
         elif trial.results and trial.results[-1].get("training_iteration", 0) >= iteration:
-            moved = sum(1 for r in trial.results if r.get("training_iteration", 0) >= iteration)
-            self._write(ev.Superseded(trial_id=trial.trial_id, after_iteration=iteration - 1, count=moved))
+            self._supersede(trial, iteration - 1)
         try:
             line = json.dumps(result)
         except (TypeError, ValueError):
@@ -878,6 +890,9 @@ class TuneLoop:
                    traceback: str | None = None, stop_reason: str | None = None, resumable: bool = False,
                    pruned: bool | None = None) -> None:
         """The trial reaches ``status`` (``stop_reason`` None: the one it has)."""
+        if (status is TrialStatus.TERMINATED and not trial.results and stop_reason is None
+                and not trial.stop_reason):  # never TERMINATED with neither a result nor a reason
+            stop_reason = "it reported no result: its function returned before calling report()"
         self._write(ev.TrialEnd(
             trial_id=trial.trial_id, status=status.value, error=error, traceback=traceback,
             stop_reason=stop_reason if stop_reason is not None else trial.stop_reason, iteration=trial.iteration,

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -422,10 +423,25 @@ def _config(json_copy: dict[str, Any] | None, blob: str | None, trusted: bool) -
     pickled; only a restore, which runs the user's own code anyway, unpickles them.
     """
     if blob and trusted:
-        try:
-            import cloudpickle
+        from .._signing import check_field
 
-            return cloudpickle.loads(bytes.fromhex(blob))  # type: ignore[no-any-return]
-        except Exception:  # noqa: BLE001 - fall back to the JSON copy
-            pass
+        data = check_field(blob)
+        if data is None:  # not signed with this user's key: never unpickled
+            _warn_unsigned()
+        else:
+            try:
+                import cloudpickle
+
+                return cloudpickle.loads(data)  # type: ignore[no-any-return]
+            except Exception:  # noqa: BLE001 - fall back to the JSON copy
+                pass
     return dict(json_copy or {})
+
+
+def _warn_unsigned() -> None:
+    from .._signing import key_path
+
+    logging.getLogger("tuneplat").warning(
+        "tuneplat: a pickled config in the journal is not signed with your key (%s): it was changed, or written "
+        "by someone else or an older tuneplat; it is not unpickled, the journal's JSON copy of that config is "
+        "used", key_path())

@@ -452,6 +452,12 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         """
         futures = list(self._deps)
         self._deps = ()
+        release_bound = getattr(self.trainable, "_tuneplat_release", None)
+        if release_bound is not None:  # what the trainable's bind persisted (TorchTrainer's datasets)
+            try:
+                release_bound()
+            except Exception:  # noqa: BLE001 - closing anyway
+                logger.debug("tuneplat: releasing the trainable's data failed", exc_info=True)
         for group in list(self.groups.values()):
             futures += [r.future for r in group.ranks]
         futures += [rank.future for _group, rank in self.task_owner.values()]
