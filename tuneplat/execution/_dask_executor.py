@@ -60,6 +60,7 @@ from ._gpu_memory import GPU_MEMORY, as_gpu_share, device_memory_bytes
 from ._host_oom import oom_evidence
 from ._observe import WorkerBoard, rank_row
 from ._runner import run_rank
+from ._shipping import ship
 from ._stacks import RankRef
 from ._stacks import capture as capture_stacks
 
@@ -263,6 +264,8 @@ class DaskTrialExecutor(TrialExecutor):
         bind = getattr(self.trainable, "_tuneplat_bind", None)
         if bind is not None:  # tune.with_parameters: its objects go to the cluster once, not with every task
             self.trainable, self._deps = bind(self.cluster.client)
+        # as bytes: each rank unpickles it once its RANK & co. are set (_shipping.py), keeping its file names
+        self.trainable = ship(self.trainable)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -467,6 +470,7 @@ class DaskTrialExecutor(TrialExecutor):
                 channel_tls=self.channel_tls, trial_io=ctx.trial_io, elastic=group.elastic,
                 system_metrics_s=self.system_metrics_s,
                 rank_hosts=[x.host for x in placement],
+                cpus=float((reservation.request or ctx.request).get("CPU", 1.0)),
                 tuner_local=self._listener.local_name if self._listener is not None else None,
             )
             if runner is not None:

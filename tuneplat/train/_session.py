@@ -88,6 +88,7 @@ class RankSpec:
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
     rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
+    cpus: float = 1.0  # the CPU slots the rank holds on its host (2 or more: its thread pools use that many)
 
 
 class TrainContext:
