@@ -6,6 +6,7 @@ from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ..results._result import Result
 from ..storage._checkpoint import Checkpoint
+from ._backend import BackendConfig
 from ._session import (
     CheckpointUploadMode,
     PreemptionInfo,
@@ -21,14 +22,15 @@ from .data import DataConfig, DataIterator, get_dataset_shard
 
 
 def __getattr__(name: str) -> object:
-    """``train.torch`` without ``import tuneplat.train.torch`` first (as ``ray.train.torch`` after ``from ray import train``)."""
-    if name == "torch":
+    """``train.torch`` (``train.xgboost``, ``train.lightgbm``) without ``import tuneplat.train.torch`` first (as ``ray.train.torch`` after ``from ray import train``)."""
+    if name in ("torch", "xgboost", "lightgbm"):
         import importlib
 
         return importlib.import_module(".torch", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "BackendConfig",
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointUploadMode",
