@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 import wg_trainables as wt
 
 import tuneplat as tune
@@ -36,3 +37,29 @@ def test_rank0_keeps_the_rendezvous_store_open_until_every_rank_has_finished(das
                       run_config=tune.RunConfig(name="latestore", storage_path=storage, verbose=0, mlflow=False),
                       client=dask_client).fit()
     assert grid[0].error is None, grid[0].error  # not DistNetworkError: Failed to recv
+
+
+def test_a_rank_asking_two_cpus_runs_on_two_one_cpu_workers_of_its_host_with_two_threads(dask_client, storage):
+    # the shared cluster: 2 worker processes of 1 CPU on one host. {"CPU": 2} holds both CPUs of the host (one
+    # process runs the rank), as Ray accounts per node; two such trials therefore run one after the other
+    grid = tune.Tuner(tune.with_resources(wt.threads_of_a_rank, {"CPU": 2}), param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(name="twocpu", storage_path=storage, verbose=0, mlflow=False),
+                      client=dask_client).fit()
+    assert not grid.errors, grid.errors
+    for r in grid:
+        assert (r.metrics["omp"], r.metrics["mkl"], r.metrics["torch_threads"]) == (2, 2, 2)
+    events = [(e["event"], e.get("trial_id")) for e in tune.read_journal(os.path.join(grid.experiment_path, "journal.jsonl"))
+              if e["event"] in ("trial_start", "trial_end")]
+    starts = [i for i, (kind, _) in enumerate(events) if kind == "trial_start"]
+    first_end = next(i for i, (kind, _) in enumerate(events) if kind == "trial_end")
+    assert starts[1] > first_end, events  # never both at once: the host has 2 CPUs
+
+
+def test_a_rank_asking_more_cpus_than_any_host_has_is_refused_with_the_numbers(dask_client, storage):
+    tuner = tune.Tuner(tune.with_resources(wt.threads_of_a_rank, {"CPU": 3}),
+                       run_config=tune.RunConfig(name="threecpu", storage_path=storage, verbose=0, mlflow=False),
+                       client=dask_client)
+    with pytest.raises(tune.PlacementError) as err:
+        tuner.fit()
+    message = str(err.value)
+    assert "No host has 3 CPUs" in message and "the largest has 2" in message and "CPUs per host [2.0]" in message

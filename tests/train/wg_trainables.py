@@ -271,3 +271,9 @@ def rank1_uses_the_store_after_rank0_ended(config: dict) -> None:
     store = dist.distributed_c10d._get_default_store()
     store.set("late", b"still here")
     assert store.get("late") == b"still here"
+
+
+def threads_of_a_rank(config: dict) -> None:
+    """The thread pools a rank's numeric libraries get (Ray sizes them to the CPUs the rank holds)."""
+    tune.report({"loss": float(config.get("x", 0)), "omp": int(os.environ.get("OMP_NUM_THREADS", "0")),
+                 "mkl": int(os.environ.get("MKL_NUM_THREADS", "0")), "torch_threads": torch.get_num_threads()})

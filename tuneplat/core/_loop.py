@@ -651,7 +651,8 @@ class TuneLoop:
         if size == old:
             return
         trial.world_sizes.append((start_iteration, size))
-        message = f"resized from {old} to {size} ranks" + (f": {why}" if why else "")
+        why = why or f"{size} rank(s) fit the cluster when the trial started again"
+        message = f"resized from {old} to {size} ranks: {why}"
         self._write(ev.Resize(trial_id=trial.trial_id, from_world_size=old, to_world_size=size,
                                       iteration=start_iteration, reason=why, message=message))
         self.reporter.event(f"trial {trial.trial_id} {message}")
@@ -754,6 +755,11 @@ class TuneLoop:
         self.trial_files.close(trial.trial_id)
         if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
             self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
+        elif self.min_world_size is not None and event.outcome is Outcome.NOT_STARTED:
+            # that attempt never ran: the next one's size is compared with it, and says why it differs
+            self._resize_reasons[trial.trial_id] = (
+                event.world_size, f"the attempt with {event.world_size or '?'} rank(s) never started ("
+                                  f"{event.message or 'a worker was lost before the trial started'})")
         if event.outcome is Outcome.RESIZED and event.preempted:
             trial.num_preemptions += 1
             budget = self.rc.failure_config.max_preemption_failures  # type: ignore[union-attr]

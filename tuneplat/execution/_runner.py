@@ -140,6 +140,18 @@ class TorchBackend(Backend):
         elif spec.gpu_ids:
             _pin_gpu(spec)
 
+    def on_abort(self, worker_group: RankGroup, backend_config: Any) -> None:
+        """The tuner aborted the group while user code runs: make every collective of this rank fail now.
+
+        A rank blocked in ``all_reduce`` waiting for a peer whose host's link was cut
+        (no FIN) would otherwise wait for gloo's timeout; shutting the group's
+        connections down wakes it with an error (and its peers too).
+        """
+        if self._sockets:
+            n = _shutdown_sockets(self._sockets)
+            logger.info("tuneplat: trial %s rank %d: the tuner ended the group; shut down %d process-group "
+                        "connection(s)", worker_group.spec.trial_id, worker_group.spec.rank, n)
+
     def on_shutdown(self, worker_group: RankGroup, backend_config: Any) -> None:
         spec = worker_group.spec
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
@@ -498,6 +510,9 @@ def _run_trial(make: Callable[[], Callable[..., Any]], spec: RankSpec, sock: soc
         group = _open_rank_group(session, float(getattr(backend_config, "timeout_s", None) or spec.pg_timeout_s))
         session.backend_group = group
         backend.on_start(group, backend_config)
+        on_abort = getattr(backend, "on_abort", None)
+        if callable(on_abort):  # (the heartbeat runs it if the tuner hangs up while user code runs)
+            session.on_tuner_lost.append(lambda: on_abort(group, backend_config))
         backend.on_training_start(group, backend_config)
         session.monitor.state = "training"
         with apply_trial_io(spec.trial_io, spec.trial_dir), _children_fork(), _train_func_context(backend_config):

@@ -345,8 +345,8 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
             stops[rec.trial_id] = sim_stops[sim_id]
         elif len(sim_curves[rec.trial_id]) >= len(curves[rec.trial_id]) and rec.trial_id in cut_short:
             truncated += 1  # the recorded run's scheduler cut it short here; the simulated one would have gone on
-            rows = sim_curves[rec.trial_id]
-            truncated_at.append(float(rows[-1].get("timestamp") or 0.0) if rows else 0.0)
+            ran = sim_curves[rec.trial_id]
+            truncated_at.append(float(ran[-1].get("timestamp") or 0.0) if ran else 0.0)
     first_metric, first_mode = (metric[0], mode[0]) if multi else (metric, mode)
     recorded = _figures(trials, curves, first_metric, first_mode)
     simulated = _figures(sim_trials, sim_curves, first_metric, first_mode)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import socket
 import sys
@@ -214,6 +215,9 @@ class Session:
         self.save_requested = False  # the last report's answer asked for a checkpoint of that step
         self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
+        #: run (once) by the heartbeat thread when the tuner hung up while user code runs: they release user code
+        #: blocked where the tuner cannot reach it (a collective waiting for a peer that is gone)
+        self.on_tuner_lost: list[Any] = []
         self.backend_group: Any = None  # the rank's train._backend.RankGroup while its trial runs
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
         self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
@@ -413,8 +417,26 @@ class Heartbeat:
                     stats = None
                 session.send(proto.Ping(stats))
             except OSError:
+                _tuner_lost(session)
                 if not session.finished.wait(session.spec.abort_grace_s):
                     os._exit(70)
+
+
+def _tuner_lost(session: Session) -> None:
+    """The tuner hung up on a running trial (it aborted the group): release what user code may be blocked in.
+
+    A rank blocked in a collective whose peer vanished (its host's link cut: no
+    FIN ever comes) would wait for the collective's own timeout, and the worker
+    process would then be ended after ``abort_grace_s``; the hooks (the torch
+    backend's: shut the process group's connections) make the collective fail
+    now, so user code unwinds and the worker stays usable for the next attempt.
+    """
+    hooks, session.on_tuner_lost = session.on_tuner_lost, []
+    for hook in hooks:
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - best effort: the abort grace still bounds the wait
+            logging.getLogger("tuneplat").debug("tuneplat: a tuner-lost hook failed", exc_info=True)
 
 
 _local = threading.local()
