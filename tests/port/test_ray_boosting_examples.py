@@ -102,3 +102,40 @@ def test_lightgbm_example_with_cv(tmp_path):
     trials = trial_results(tmp_path)
     assert len(trials) == 4
     assert all({"binary_error", "binary_error_stdv"} <= set(rs[-1]) for rs in trials.values())
+
+
+def docstring_example(cls: type) -> str:
+    """The ``testcode`` block of a Ray class's docstring; its Ray imports pointed at tuneplat, Ray Data → pandas."""
+    import textwrap
+
+    doc = cls.__doc__ or ""
+    block = doc.split(".. testcode::", 1)[1].split("\n    Args:", 1)[0]
+    lines = [ln for ln in block.splitlines() if not ln.strip().startswith(":skipif:")]
+    code = textwrap.dedent("\n".join(lines)).strip() + "\n"
+    code = code.replace("import ray.data\n", "import pandas as pd  # Ray Data -> pandas (docs/data-ingest.md)\n")
+    code = code.replace("import ray.train\n", "import tuneplat as ray  # ray.train -> tuneplat.train\n")
+    code = re.sub(r"^from ray\.", "from tuneplat.", code, flags=re.M)
+    code = code.replace("ray.data.from_items(", "pd.DataFrame(")  # the data lines
+    assert not re.search(r"^\s*(import|from)\s+ray\b", code, flags=re.M), code
+    return code
+
+
+@pytest.mark.parametrize("framework", ["xgboost", "lightgbm"])
+def test_ray_trainer_docstring_examples(tmp_path, framework):
+    pytest.importorskip(framework, reason=f"the {framework} extra is not installed")
+    _ray_examples()  # (skips without ray)
+    if framework == "xgboost":
+        from ray.train.v2.xgboost.xgboost_trainer import XGBoostTrainer as RayTrainer
+
+        check = "print('ROUNDS', booster.num_boosted_rounds())\n"
+    else:
+        from ray.train.v2.lightgbm.lightgbm_trainer import LightGBMTrainer as RayTrainer
+
+        check = "print('ROUNDS', booster.current_iteration())\n"
+    script = tmp_path / "docstring_example.py"
+    script.write_text(docstring_example(RayTrainer) + check, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env,
+                          cwd=str(tmp_path))
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert "ROUNDS 1" in proc.stdout  # the example's num_boost_round=1, trained by its 2 ranks

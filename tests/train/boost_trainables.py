@@ -86,6 +86,6 @@ def xgb_tune_fn(config: dict) -> None:
 
     frame = make_frame(1000, seed=5)
     d = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"])
-    xgboost.train({**PARAMS, "eta": config["eta"], "nthread": 1}, d, num_boost_round=10, evals=[(d, "train")],
+    xgboost.train({**PARAMS, "eta": config["eta"], "nthread": 1, **config.get("params", {})}, d, num_boost_round=10, evals=[(d, "train")],
                   verbose_eval=False, callbacks=[TuneReportCheckpointCallback(metrics={"rmse": "train-rmse"},
                                                                               frequency=1)])

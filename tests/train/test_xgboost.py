@@ -129,6 +129,16 @@ def test_tune_callback_reports_every_round(dask_client, tmp_path):
     assert TuneReportCheckpointCallback.get_model(result.checkpoint).num_boosted_rounds() == 10
 
 
+def test_a_bad_param_fails_its_trial_with_xgboosts_own_error(dask_client, tmp_path):
+    grid = tune.Tuner(bt.xgb_tune_fn, param_space={"eta": 0.3, "params": {"objective": tune.grid_search(
+        ["reg:squarederror", "reg:no_such_objective"])}}, run_config=_rc(tmp_path, "xgb_bad_param"),
+        client=dask_client).fit()
+    ok, bad = sorted(grid, key=lambda r: r.config["params"]["objective"] != "reg:squarederror")
+    assert ok.error is None and ok.metrics["training_iteration"] == 10  # the other trial is untouched
+    assert bad.error is not None and bad.error.trial_id and bad.error.trial_id in bad.path  # the trial is named
+    assert "XGBoostError" in str(bad.error) and "reg:no_such_objective" in str(bad.error)
+
+
 def test_legacy_form_and_bad_arguments_are_refused():
     with pytest.raises(DeprecationWarning, match="The legacy XGBoostTrainer API is deprecated.*train_fn_per_worker"):
         XGBoostTrainer(label_column="y", params={"objective": "binary:logistic"}, datasets={})

@@ -100,13 +100,10 @@ class CheckpointCommits:
 
     def record(self, trial: Trial, iteration: int, result: dict[str, Any], path: str) -> None:
         """A committed checkpoint: on the trial, in the journal, to the callbacks; then retention."""
-        ckpt = Checkpoint(path, self.store.filesystem)
-        if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
-            trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
-        trial.checkpoints.append((ckpt, result))
+        # (it replaces one of the same iteration that a retry reached again)
         self._record(ev.CheckpointSaved(trial_id=trial.trial_id, iteration=iteration, path=path,
                                         metrics=to_jsonable(result)))
-        self._on_checkpoint(trial, ckpt, result)
+        self._on_checkpoint(trial, trial.checkpoints[-1][0], result)
         self.apply_retention(trial)
 
     def saved(self, trial: Trial, iteration: int) -> None:
@@ -122,7 +119,6 @@ class CheckpointCommits:
         cc = self._config
         assert cc is not None
         for pair in retain(trial.checkpoints, cc.num_to_keep, cc.checkpoint_score_attribute, cc.checkpoint_score_order):
-            trial.checkpoints.remove(pair)
             if self.store.slow:
                 self._pool().submit(self._delete, pair[0].path)
             else:
@@ -156,9 +152,9 @@ class TrialFiles:
         self._files: dict[str, IO[str]] = {}
 
     @staticmethod
-    def write_params(trial: Trial, config: Any) -> None:
-        """The trial's config in ``params.json``."""
-        with open(os.path.join(trial.path, "params.json"), "w", encoding="utf-8") as f:
+    def write_params(trial_path: str, config: Any) -> None:
+        """The trial's config in ``params.json`` of its folder."""
+        with open(os.path.join(trial_path, "params.json"), "w", encoding="utf-8") as f:
             json.dump(to_jsonable(config), f, indent=2, sort_keys=True)
 
     @staticmethod

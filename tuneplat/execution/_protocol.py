@@ -202,6 +202,8 @@ class Error(Message):
     message: str
     traceback: str
     chainable: bool = False
+    #: the exception's qualified type names, most specific first (its MRO): the tuner's classification reads these
+    types: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------- tuner -> rank

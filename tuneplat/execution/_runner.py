@@ -22,6 +22,7 @@ from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAbort
 from . import _protocol as proto
 from . import _stacks
 from ._channel import TokenRefused, connect, connect_local
+from ._failure import exception_types
 from ._host_oom import oom_baseline
 from ._shipping import Shipped
 from ._trial_io import apply_trial_io
@@ -531,7 +532,8 @@ def _run_trial(make: Callable[[], Callable[..., Any]], spec: RankSpec, sock: soc
         outcome = "error"
         # a Python exception leaves the process healthy; SystemExit, KeyboardInterrupt & co. end the task
         chainable = chainable and isinstance(exc, Exception) and not _others_wait()
-        idle = _send(session, proto.Error(f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
+        idle = _send(session, proto.Error(f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable,
+                                               exception_types(exc))) and chainable
     finally:
         for cleanup in session.cleanups:
             try:

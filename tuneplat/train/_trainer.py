@@ -144,7 +144,10 @@ class DataParallelTrainer(ConvertibleTrainer):
                                 f"{type(dataset_config).__name__}")
             self.dataset_config = dataset_config
             if datasets is not None:
-                self._sources = as_sources(datasets, self.scaling_config.max_workers)
+                from .data._parquet import read_timeout_s
+
+                self._sources = as_sources(datasets, self.scaling_config.max_workers,
+                                           read_timeout_s(dataset_config.read_timeout_s))
                 self.datasets = dict(datasets)
                 self._dataset_names = list(self._sources)
                 dataset_config.check_names(self._dataset_names)
