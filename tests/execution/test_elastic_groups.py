@@ -232,13 +232,19 @@ def test_a_silent_peer_releases_the_rank_blocked_in_all_reduce_which_goes_on_in_
     heartbeat sees the tuner hang up and shuts the gloo group's connections down, so its all_reduce fails at once
     and its worker process, healthy, runs the smaller group from the checkpoint of step 4. Without that, rank 0 waits
     in all_reduce past the abort grace and its process is ended (here, with no nanny, for good)."""
-    monkeypatch.setenv("TUNEPLAT_HEARTBEAT_TIMEOUT_S", "4")
-    monkeypatch.setenv("TUNEPLAT_ABORT_GRACE_S", "120")
+    from tuneplat.train.torch import TorchConfig
+
+    monkeypatch.setenv("TUNEPLAT_HEARTBEAT_TIMEOUT_S", "8")
+    monkeypatch.setenv("TUNEPLAT_ABORT_GRACE_S", "600")  # (neither the grace nor gloo's own timeout rescues rank 0)
     cluster.start(2)
+    trainer = TorchTrainer(descent, train_loop_config={"steps": STEPS, "every": 2,
+                                                       "before_reduce": stop_rank_1_before_the_reduce_of_step_5},
+                           scaling_config=ScalingConfig(num_workers=(1, 2)), torch_config=TorchConfig(timeout_s=600),
+                           client=cluster.client,
+                           run_config=RunConfig(storage_path=str(tmp_path / "results"), name="silent", mlflow=False,
+                                                verbose=0, failure_config=FailureConfig(max_failures=1)))
     try:
-        result = _fit(cluster, tmp_path, "silent", {"steps": STEPS, "every": 2,
-                                                    "before_reduce": stop_rank_1_before_the_reduce_of_step_5},
-                      max_failures=1)
+        result = trainer.fit()
     finally:
         for p in cluster.procs:  # (the stopped worker takes its SIGTERM once continued)
             os.killpg(p.pid, signal.SIGCONT)
