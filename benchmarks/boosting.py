@@ -8,8 +8,13 @@ ranks), end-to-end seconds (the call the user makes: ``trainer.fit()``, ``xgboos
 every 50 ms; the driver for the one process). Ray 2.x's ``XGBoostTrainer`` (Ray Data input, 2 workers) runs when
 ``ray`` imports, unless ``--no-ray``. The models' predictions are compared (max abs difference).
 
+xgboost.dask and XGBoostTrainer run once cold (``cold_first_call``: end-to-end seconds of each library's first call
+in the worker processes, imports included), then ``--repeats`` times each, interleaved; the figures are the median
+warm run's (all warm runs listed).
+
 Usage:
-  python benchmarks/boosting.py [--rows 200000] [--features 30] [--rounds 50] [--no-ray]
+  python benchmarks/boosting.py [--rows 100000] [--features 30] [--rounds 20] [--repeats 3] [--no-ray]
+  python benchmarks/boosting.py --sweep 64 [--no-ray]   # 64 boosting trials under ASHA, tuneplat vs Ray Tune
 
 Prints one JSON object.
 """
@@ -17,9 +22,11 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import threading
@@ -81,18 +88,21 @@ def rank_loop(config: dict) -> None:
     from tuneplat.train.backend import get_rank_group
     from tuneplat.train.xgboost import RayTrainReportCallback
 
-    frame = train.get_dataset_shard("train").materialize().to_pandas()
-    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"])
     t0 = time.perf_counter()
+    frame = train.get_dataset_shard("train").materialize().to_pandas()
+    t1 = time.perf_counter()
+    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"], nthread=1)
+    t2 = time.perf_counter()
     booster = xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"])
-    seconds = time.perf_counter() - t0
+    t3 = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         ckpt = None
         if train.get_context().get_world_rank() == 0:
             booster.save_model(os.path.join(folder, RayTrainReportCallback.CHECKPOINT_NAME))
             ckpt = train.Checkpoint(folder)
-        seconds = max(get_rank_group().all_gather(seconds))  # the slowest rank
-        train.report({"train_s": seconds}, checkpoint=ckpt)
+        times = get_rank_group().all_gather([t1 - t0, t2 - t1, t3 - t2])  # the slowest rank of each phase
+        train.report({"shard_s": max(t[0] for t in times), "dmatrix_s": max(t[1] for t in times),
+                      "train_s": max(t[2] for t in times)}, checkpoint=ckpt)
 
 
 def bench_tuneplat(client, ddf, rounds: int, storage: str) -> dict:
@@ -109,9 +119,11 @@ def bench_tuneplat(client, ddf, rounds: int, storage: str) -> dict:
         result = trainer.fit()
         wall = time.perf_counter() - t0
     booster = RayTrainReportCallback.get_model(result.checkpoint)
-    train_s = float(result.metrics["train_s"])
+    m = result.metrics
+    train_s = float(m["train_s"])
     return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "peak_rss_mb": mem.peak / 2**20,
-            "booster": booster}
+            "in_rank_s": {"read_shard": m["shard_s"], "dmatrix": m["dmatrix_s"], "train": m["train_s"]},
+            "booster": booster, "note": "train_s: xgboost.train in the ranks (slowest rank); end_to_end_s: fit()"}
 
 
 def bench_dask(client, ddf, rounds: int) -> dict:
@@ -146,18 +158,24 @@ def bench_one_process(frame: pd.DataFrame, rounds: int) -> dict:
 
 
 def ray_rank_loop(config: dict) -> None:
+    import os
+    import tempfile
     import time
 
     import ray.train
     import xgboost
-    from ray.train.xgboost import RayTrainReportCallback
 
     frame = ray.train.get_dataset_shard("train").materialize().to_pandas()
-    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"])
+    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"], nthread=1)
     t0 = time.perf_counter()
-    xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"],
-                  callbacks=[RayTrainReportCallback(frequency=0, checkpoint_at_end=True)])
-    ray.train.report({"train_s": time.perf_counter() - t0})
+    booster = xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"])
+    seconds = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as folder:
+        ckpt = None
+        if ray.train.get_context().get_world_rank() == 0:
+            booster.save_model(os.path.join(folder, "model.ubj"))
+            ckpt = ray.train.Checkpoint.from_directory(folder)
+        ray.train.report({"train_s": seconds}, checkpoint=ckpt)
 
 
 def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
@@ -176,20 +194,121 @@ def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
         result = trainer.fit()
         wall = time.perf_counter() - t0
         booster = RayTrainReportCallback.get_model(result.checkpoint)
-        train_s = float(result.metrics.get("train_s", float("nan")))
+        train_s = float(result.metrics.get("train_s", float("nan")))  # (rank 0's)
         return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "booster": booster,
                 "note": "end_to_end_s: trainer.fit() once ray.init() returned; peak memory not sampled"}
     finally:
         ray.shutdown()
 
 
+SWEEP_SPACE = {"objective": "binary:logistic", "eval_metric": ["logloss", "error"], "nthread": 1,
+               "max_depth": ("randint", 1, 9), "min_child_weight": ("choice", [1, 2, 3]),
+               "subsample": ("uniform", 0.5, 1.0), "eta": ("loguniform", 1e-4, 1e-1)}
+
+
+def _space(tune_module) -> dict:
+    """Ray's xgboost_example.py search space, built with either library's ``tune``."""
+    out = {}
+    for k, v in SWEEP_SPACE.items():
+        out[k] = getattr(tune_module, v[0])(*v[1:]) if isinstance(v, tuple) else v
+    return out
+
+
+def _breast_cancer_trial(report_callback):
+    def train_breast_cancer(config: dict) -> None:
+        import sklearn.datasets
+        import xgboost as xgb
+        from sklearn.model_selection import train_test_split
+
+        data, labels = sklearn.datasets.load_breast_cancer(return_X_y=True)
+        train_x, test_x, train_y, test_y = train_test_split(data, labels, test_size=0.25, random_state=0)
+        xgb.train(config, xgb.DMatrix(train_x, label=train_y), evals=[(xgb.DMatrix(test_x, label=test_y), "test")],
+                  verbose_eval=False, callbacks=[report_callback(frequency=1)])
+
+    return train_breast_cancer
+
+
+def sweep_tuneplat(n: int, storage: str) -> dict:
+    from tuneplat.tune.integration.xgboost import TuneReportCheckpointCallback
+
+    import tuneplat as tune
+    from tuneplat.schedulers import ASHAScheduler
+
+    tuner = tune.Tuner(tune.with_resources(_breast_cancer_trial(TuneReportCheckpointCallback), {"cpu": 1}),
+                       param_space=_space(tune),
+                       tune_config=tune.TuneConfig(metric="test-logloss", mode="min", num_samples=n,
+                                                   scheduler=ASHAScheduler(max_t=10, grace_period=1,
+                                                                           reduction_factor=2)),
+                       run_config=tune.RunConfig(storage_path=storage, name="sweep", verbose=0, mlflow=False))
+    t0 = time.perf_counter()
+    grid = tuner.fit()  # (the embedded cluster's start is inside: 2 worker processes)
+    wall = time.perf_counter() - t0
+    rounds = [int(r.metrics.get("training_iteration", 0)) for r in grid]
+    return {"wall_s": wall, "trials": len(rounds), "errors": len(grid.errors), "rounds_total": sum(rounds),
+            "stopped_early": sum(1 for x in rounds if x < 10),
+            "best_test_logloss": float(grid.get_best_result().metrics["test-logloss"])}
+
+
+def sweep_ray(n: int, storage: str) -> dict:
+    import ray
+    from ray import tune
+    from ray.tune.integration.xgboost import TuneReportCheckpointCallback
+    from ray.tune.schedulers import ASHAScheduler
+
+    t_init = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    init_s = time.perf_counter() - t_init
+    try:
+        tuner = tune.Tuner(tune.with_resources(_breast_cancer_trial(TuneReportCheckpointCallback), {"cpu": 1}),
+                           param_space=_space(tune),
+                           tune_config=tune.TuneConfig(metric="test-logloss", mode="min", num_samples=n,
+                                                       scheduler=ASHAScheduler(max_t=10, grace_period=1,
+                                                                               reduction_factor=2)),
+                           run_config=tune.RunConfig(storage_path=storage, name="sweep_ray", verbose=0))
+        t0 = time.perf_counter()
+        grid = tuner.fit()
+        wall = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    rounds = [int(r.metrics.get("training_iteration", 0)) for r in grid]
+    return {"wall_s": wall, "ray_init_s": init_s, "trials": len(rounds), "errors": len(grid.errors),
+            "rounds_total": sum(rounds), "stopped_early": sum(1 for x in rounds if x < 10),
+            "best_test_logloss": float(grid.get_best_result().metrics["test-logloss"])}
+
+
+def main_sweep(args: argparse.Namespace) -> None:
+    out: dict = {"benchmark": "boosting_sweep", "trials": args.sweep, "example": "Ray's xgboost_example.py space, "
+                 "ASHA(max_t=10, grace_period=1, reduction_factor=2), 1 CPU per trial, nthread=1",
+                 "loadavg_before": open("/proc/loadavg").read().split()[:3]}
+    with tempfile.TemporaryDirectory(prefix="tuneplat-bench-sweep-") as tmp:
+        out["tuneplat"] = sweep_tuneplat(args.sweep, os.path.join(tmp, "tp"))
+        if not args.no_ray:
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                out["ray"] = "not installed"
+            else:
+                with contextlib.redirect_stdout(sys.stderr):  # Ray prints its tables: stdout stays the JSON
+                    out["ray"] = sweep_ray(args.sweep, os.path.join(tmp, "ray"))
+                out["ratio_wall_tuneplat_over_ray"] = out["tuneplat"]["wall_s"] / out["ray"]["wall_s"]
+    out["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
+    print(json.dumps(out, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--features", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3, help="warm runs of xgboost.dask and XGBoostTrainer "
+                        "(interleaved; medians reported)")
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--sweep", type=int, default=0, metavar="N",
+                        help="instead: an N-trial Tune sweep with ASHA (Ray's xgboost_example.py) vs Ray Tune's")
     args = parser.parse_args()
+    if args.sweep:
+        main_sweep(args)
+        return
 
     import dask.dataframe as dd
     import xgboost
@@ -208,24 +327,46 @@ def main() -> None:
                           dashboard_address=None) as cluster, Client(cluster) as client:
             ddf = client.persist(dd.from_pandas(frame, npartitions=2, sort=False))
             client.wait_for_workers(2)
-            results["xgboost_dask"] = bench_dask(client, ddf, args.rounds)
-            results["tuneplat_XGBoostTrainer"] = bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, "tp"))
+            runs: dict[str, list[dict]] = {"xgboost_dask": [], "tuneplat_XGBoostTrainer": []}
+            for i in range(1 + args.repeats):  # run 0 is cold: each library's first call in these worker processes
+                order = [("xgboost_dask", lambda: bench_dask(client, ddf, args.rounds)),
+                         ("tuneplat_XGBoostTrainer",
+                          lambda i=i: bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, f"tp_{i}")))]
+                for name, run in order if i % 2 == 0 else order[::-1]:  # interleaved: load drift favours neither
+                    runs[name].append(run())
+            cold = {f"{name}_end_to_end_s": rs[0]["end_to_end_s"] for name, rs in runs.items()}
+            for name, rs in runs.items():
+                warm = rs[1:]
+                med = sorted(warm, key=lambda r: r["train_s"])[len(warm) // 2]  # the median run (by train_s)
+                med["end_to_end_s"] = statistics.median(r["end_to_end_s"] for r in warm)
+                med["all_warm_train_s"] = [round(r["train_s"], 3) for r in warm]
+                med["all_warm_end_to_end_s"] = [round(r["end_to_end_s"], 3) for r in warm]
+                for r in rs:
+                    if r is not med:
+                        r.pop("booster", None)
+                results[name] = med
+            out["cold_first_call"] = cold
         if not args.no_ray:
             try:
                 import ray  # noqa: F401
             except ImportError:
                 out["ray"] = "not installed"
             else:
-                results["ray_XGBoostTrainer"] = bench_ray(frame, args.rounds, os.path.join(tmp, "ray"))
+                with contextlib.redirect_stdout(sys.stderr):  # Ray prints its tables: stdout stays the JSON
+                    results["ray_XGBoostTrainer"] = bench_ray(frame, args.rounds, os.path.join(tmp, "ray"))
     reference = results["tuneplat_XGBoostTrainer"]["booster"].predict(X)
     for r in results.values():
-        r["max_abs_prediction_diff_vs_tuneplat"] = float(np.abs(r.pop("booster").predict(X) - reference).max())
+        diff = np.abs(r.pop("booster").predict(X) - reference)
+        r["prediction_diff_vs_tuneplat"] = {"max_abs": float(diff.max()), "mean_abs": float(diff.mean())}
     out["results"] = results
     tp = results["tuneplat_XGBoostTrainer"]
     out["ratios"] = {f"tuneplat_train_s / {k}_train_s": tp["train_s"] / r["train_s"]
                      for k, r in results.items() if k != "tuneplat_XGBoostTrainer"}
     out["ratios"].update({f"tuneplat_end_to_end_s / {k}_end_to_end_s": tp["end_to_end_s"] / r["end_to_end_s"]
                           for k, r in results.items() if k != "tuneplat_XGBoostTrainer"})
+    rank_work = tp["in_rank_s"]["dmatrix"] + tp["in_rank_s"]["train"]
+    out["ratios"]["tuneplat_in_rank_dmatrix_plus_train_s / xgboost_dask_train_s"] = \
+        rank_work / results["xgboost_dask"]["train_s"]
     out["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
     print(json.dumps(out, indent=2))
 

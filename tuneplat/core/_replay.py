@@ -10,6 +10,7 @@ from typing import Any
 
 import cloudpickle
 
+from .._signing import SignatureError, check_file, sign_file
 from ..storage._storage import remote_is_committed
 from ._events import from_json
 from ._journal import JournalError, read_journal
@@ -24,8 +25,9 @@ from ._state import (
     TrialEnded,
     TrialHistory,
     apply,
+    reopen_trials,
 )
-from ._trial import Trial, TrialStatus
+from ._trial import Trial
 
 __all__ = ["DecisionMade", "ExperimentState", "ExploitMade", "FailureSeen", "Moment", "ResultsSuperseded", "Span",
            "TrialEnded", "TrialHistory", "TunerStateError", "load_state", "load_trials", "load_tuner_state", "prepare_resume", "replay", "restore_problem", "save_tuner_state",
@@ -89,7 +91,7 @@ def save_tuner_state(experiment_dir: str, state: dict[str, Any]) -> None:
     if os.path.exists(tmp):
         os.unlink(tmp)
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-        f.write(data)
+        f.write(sign_file(data))  # restore checks the signature before unpickling (tuneplat/_signing.py)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(experiment_dir, STATE_FILE))
@@ -123,6 +125,12 @@ def tuner_state_problem(experiment_dir: str) -> str | None:
         return None
     except OSError as exc:
         return f"{path} cannot be read: {exc}"
+    if not data:
+        return f"{path} is damaged: it is empty"
+    try:
+        data = check_file(path, data)
+    except SignatureError as exc:
+        return str(exc)
     problem = _state_problem(data)
     return f"{path} is damaged: {problem}" if problem else None
 
@@ -150,11 +158,12 @@ def load_tuner_state(experiment_dir: str) -> dict[str, Any]:
         return {}
     problem = tuner_state_problem(experiment_dir)
     hint = ("It holds the Tuner's settings: pass param_space=, tune_config= and run_config= to Tuner.restore(...) "
-            "instead, or remove the file if you do.")
+            "instead (then it is not read, and configs come from the journal's JSON copies), or remove the file "
+            "if you do.")
     if problem:
         raise TunerStateError(f"{problem}. {hint}")
     with open(path, "rb") as f:
-        data = f.read()
+        data = check_file(path, f.read())  # (checked above; the file is read again as it is now)
     try:
         state = cloudpickle.loads(data)  # noqa: S301 - our own file, in the user's experiment folder
     except Exception as exc:  # noqa: BLE001 - e.g. a class that no longer imports
@@ -240,17 +249,8 @@ def _drop_missing_checkpoints(trial: Trial) -> None:
 def prepare_resume(experiment_dir: str, *, resume_errored: bool = False, restart_errored: bool = False,
                    storage_fs: Any = None) -> list[Trial]:
     """Trials ready for a resumed run: unfinished ones PENDING (they resume from their checkpoint)."""
-    trials, _ = load_trials(experiment_dir, storage_fs, trusted=True)  # a restore: the user's own folder
-    for t in trials:
-        if t.status in (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING) or t.resumable:
-            t.status = TrialStatus.PENDING
-            t.resumable = False
-            t.stop_reason = None
-        elif t.status == TrialStatus.ERROR and (resume_errored or restart_errored):
-            t.status = TrialStatus.PENDING
-            t.num_failures = 0
-            t.error = t.error_traceback = None
-            if restart_errored:
-                t.checkpoints = []
-    return trials
+    state = load_state(experiment_dir, storage_fs, trusted=True)  # a restore: the user's own folder
+    # (what the resumed run's "experiment" event does to the state when it is applied: the same function)
+    reopen_trials(state, resume_errored=resume_errored, restart_errored=restart_errored)
+    return state.trials
 

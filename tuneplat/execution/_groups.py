@@ -174,6 +174,11 @@ class _GroupLifecycle(_DaskState):
                                     None)
         elif group.aborted:
             outcome, message, tb = Outcome.ABORTED, group.abort_reason, None
+        elif any(not r.ever_connected for r in group.ranks):  # never "finished" without every rank having run
+            never = [r.index for r in group.ranks if not r.ever_connected]
+            outcome, message, tb = Outcome.FAILED, (
+                f"rank(s) {never} never connected to the tuner (their tasks ended before authenticating; "
+                "the Dask workers' logs say why)"), None
         else:
             outcome, message, tb = Outcome.FINISHED, None, None
         self._events.append(Ended(group.trial_id, outcome, message, tb, world_size=len(group.ranks),

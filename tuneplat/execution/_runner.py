@@ -21,7 +21,7 @@ from ..train._backend import Backend, RankGroup
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
 from . import _protocol as proto
 from . import _stacks
-from ._channel import TokenRefused, connect, connect_local
+from ._channel import TokenRefused, connect_retrying
 from ._failure import exception_types
 from ._host_oom import oom_baseline
 from ._shipping import Shipped
@@ -321,7 +321,8 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     make = _Maker(trainable, deps, chain=spec.world_size == 1)
     try:
         sock = connect_tuner(spec.tuner_addr, spec.token, spec.channel_tls, f" from rank {spec.rank} of trial "
-                             f"{spec.trial_id} on {socket.gethostname()} ({spec.host})", local=spec.tuner_local)
+                             f"{spec.trial_id} on {socket.gethostname()} ({spec.host})", local=spec.tuner_local,
+                             within_s=spec.connect_within_s)
     except TokenRefused:  # the tuner ended this trial before the rank connected: it runs nothing
         return "not started"
     # (its memory cgroup's OOM-kill count now: if the kernel's OOM killer ends this process, the tuner can tell)
@@ -393,14 +394,12 @@ def channel_client_context(tls: bool, worker: Any = None) -> Any:
 
 
 def connect_tuner(addr: tuple[str, int], token: bytes, tls: bool, where: str = "",
-                  local: str | None = None) -> socket.socket:
+                  local: str | None = None, within_s: float = 90.0) -> socket.socket:
     """An authenticated connection to the tuner: its local socket when this rank is on the tuner's host
-    (``local``), else TCP (TLS with this worker's certificates when ``tls``)."""
-    near = connect_local(local, token, where)
-    if near is not None:
-        return near
-    return connect(tuple(addr), token, channel_client_context(tls), timeout=CONNECT_TIMEOUT_S,  # type: ignore[arg-type]
-                   where=where)
+    (``local``), else TCP (TLS with this worker's certificates when ``tls``); a connection lost before it
+    authenticated is tried again with backoff for ``within_s`` (:func:`~._channel.connect_retrying`)."""
+    return connect_retrying(tuple(addr), token, channel_client_context(tls), where=where,  # type: ignore[arg-type]
+                            local=local, within_s=within_s, timeout=CONNECT_TIMEOUT_S)
 
 
 class _Maker:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._config import RunConfig, ScalingConfig
+from .._signing import SignatureError, check_file, sign_file
 from ..trainables._base import ConvertibleTrainer, TrainerParts
 from ._session import current_session
+
+logger = logging.getLogger("tuneplat")
 
 __all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
 
@@ -203,8 +207,9 @@ class DataParallelTrainer(ConvertibleTrainer):
             try:  # what restore() needs when it is not given the training function again (Ray's trainer.pkl)
                 os.makedirs(tuner.experiment_dir, exist_ok=True)
                 path = os.path.join(tuner.experiment_dir, _TRAINER_FILE)  # its run_config may hold credentials
+                blob = sign_file(cloudpickle.dumps(self))  # restore checks the signature before unpickling
                 with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-                    cloudpickle.dump(self, f)
+                    f.write(blob)
             except Exception:  # noqa: BLE001 - restore then needs train_loop_per_worker=
                 pass
         tuner._caller = f"{self._name}.fit()"
@@ -258,8 +263,19 @@ class DataParallelTrainer(ConvertibleTrainer):
         saved: DataParallelTrainer | None = None
         pkl = os.path.join(folder, _TRAINER_FILE)
         if os.path.isfile(pkl):
-            with open(pkl, "rb") as f:  # written by this user's own fit() into their experiment folder
-                saved = cloudpickle.load(f)
+            with open(pkl, "rb") as f:
+                data = f.read()
+            try:
+                data = check_file(pkl, data)  # never unpickled unless this user's own fit() wrote it
+            except SignatureError as exc:
+                if train_loop_per_worker is None:
+                    raise SignatureError(
+                        f"{exc}. It holds the trainer of the first fit(): pass its settings again instead, "
+                        f"{cls.__name__}.restore({path!r}, train_loop_per_worker=..., train_loop_config=..., "
+                        "scaling_config=..., run_config=...); then the file is not read") from None
+                logger.warning("tuneplat: %s; restoring with the training function given to restore()", exc)
+            else:
+                saved = cloudpickle.loads(data)
         if saved is None and train_loop_per_worker is None:
             raise ValueError(f"{path} has no {_TRAINER_FILE}: pass the training function again, "
                              f"{cls.__name__}.restore({path!r}, train_loop_per_worker=...).")
