@@ -231,12 +231,11 @@ def test_a_silent_peer_releases_the_rank_blocked_in_all_reduce_which_goes_on_in_
     5, where rank 0 then waits. The tuner notices the silence (heartbeat timeout) and ends the group; rank 0's
     heartbeat sees the tuner hang up and shuts the gloo group's connections down, so its all_reduce fails at once
     and its worker process, healthy, runs the smaller group from the checkpoint of step 4. Without that, rank 0 waits
-    in all_reduce past the abort grace and its process is ended (here, with no nanny, for good)."""
-    from tuneplat.train.torch import TorchConfig
-
+    in all_reduce (gloo's timeout and the abort grace are 600 s here) and the retry never starts."""
     import types
 
     from tuneplat.execution import _forensics
+    from tuneplat.train.torch import TorchConfig
 
     monkeypatch.setenv("TUNEPLAT_HEARTBEAT_TIMEOUT_S", "8")
     monkeypatch.setenv("TUNEPLAT_ABORT_GRACE_S", "600")  # (neither the grace nor gloo's own timeout rescues rank 0)
