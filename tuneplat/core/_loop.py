@@ -730,7 +730,12 @@ class TuneLoop:
             self._write(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
         self.searcher.on_trial_result(trial.trial_id, result)
         self.hooks.trial_result(trial, result)
-        decision, reason = self.actions.decide(trial, run, result)
+        try:
+            decision, reason = self.actions.decide(trial, run, result)
+        except TypeError as exc:  # e.g. a non-numeric time_attr value: this trial fails (not the experiment)
+            trial.no_retry = True  # (its next result would fail the same way)
+            self.executor.fail(trial.trial_id, f"TypeError: {exc}")
+            return
         if decision is not Decision.CONTINUE:
             run.decision = decision
             run.abort_at = None
@@ -743,6 +748,10 @@ class TuneLoop:
                 pruned=trial.stopped_by_scheduler if decision is Decision.STOP else None))
             self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
         save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
+        if event.staged and path is not None:
+            # a checkpoint is durable once report() returns (as in Ray): its journal line is on disk before the
+            # answer, so a driver killed now resumes from it (job-level restarts, Tuner.restore)
+            self.journal.sync(force=True)
         self.executor.answer(trial.trial_id, decision, save=save)
 
     # ------------------------------------------------------------------ trial end

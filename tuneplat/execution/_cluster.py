@@ -933,7 +933,7 @@ class Ledger:
                 f"but the cluster has {ledger.describe()}{more}. Lower ScalingConfig(num_workers=..., "
                 "resources_per_worker=...), or add workers/GPUs to the cluster (the embedded cluster: "
                 f"TUNEPLAT_NUM_CPUS={max(n, 2)} gives it that many worker slots, more than the cores if need be, "
-                "as Ray's RAY_OVERRIDE_RESOURCES)."
+                "as Ray's RAY_OVERRIDE_RESOURCES)." + _accelerator_hint(request)
             )
 
     def release(self, assignment: Assignment) -> None:
@@ -944,3 +944,14 @@ class Ledger:
             for i in assignment.gpu_ids:
                 if i < len(devices):
                     devices[i] = min(1.0, devices[i] + (assignment.gpu_amount if assignment.gpu_amount < 1 else 1.0))
+
+
+def _accelerator_hint(request: Mapping[str, float]) -> str:
+    """What to do about a ``ScalingConfig(accelerator_type=...)`` that no worker has (Ray's resource name)."""
+    from .._config import ACCELERATOR_PREFIX
+
+    for key in request:
+        if key.startswith(ACCELERATOR_PREFIX):
+            return (f" ScalingConfig(accelerator_type={key[len(ACCELERATOR_PREFIX):]!r}) places ranks only on Dask "
+                    f"workers with the resource {key!r}: start them with `dask worker ... --resources \"{key}=1\"`.")
+    return ""
