@@ -190,8 +190,8 @@ def test_data_parallel_trainer_and_unported_arguments():
     assert issubclass(tune.TorchTrainer, tuneplat.train.DataParallelTrainer)
     with pytest.raises(TypeError, match="a dataset must be a dask.dataframe.DataFrame"):  # docs/data-ingest.md
         tuneplat.train.DataParallelTrainer(S.trainer_loop, datasets={"train": [1, 2]})
-    with pytest.raises(NotImplementedError, match="restore"):
-        tune.TorchTrainer(S.trainer_loop, resume_from_checkpoint=tuneplat.Checkpoint("/tmp"))
+    with pytest.raises(TypeError, match="resume_from_checkpoint=...\\) takes a tuneplat Checkpoint"):
+        tune.TorchTrainer(S.trainer_loop, resume_from_checkpoint="/tmp")
 
 
 def test_mlflow_logger_callback_aims_the_mirror(tmp_path):

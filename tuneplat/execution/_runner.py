@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import logging
@@ -16,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from .._settings import env_seconds
+from ..train._backend import Backend, RankGroup
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
 from . import _protocol as proto
 from . import _stacks
@@ -40,12 +42,18 @@ def _call(trainable: Callable[..., Any], config: dict[str, Any]) -> Any:
     return trainable(config)
 
 
-def _torch_settings(trainable: Callable[..., Any], spec: RankSpec) -> tuple[str, float]:
+def _torch_settings(torch_config: Any, spec: RankSpec) -> tuple[str, float]:
     """Backend and process-group timeout: ``TorchTrainer(torch_config=...)`` overrides the spec's."""
-    tc = getattr(trainable, "_tuneplat_torch_config", None)
-    backend = getattr(tc, "backend", None) or spec.backend
-    timeout_s = getattr(tc, "timeout_s", None) or spec.pg_timeout_s
+    backend = getattr(torch_config, "backend", None) or spec.backend
+    timeout_s = getattr(torch_config, "timeout_s", None) or spec.pg_timeout_s
     return backend, float(timeout_s)
+
+
+def _backend_of(trainable: Callable[..., Any]) -> tuple[Backend, Any]:
+    """The trainer's backend (``_tuneplat_backend_config``: a BackendConfig) and its config; torch's by default."""
+    config = getattr(trainable, "_tuneplat_backend_config", None)
+    cls = getattr(config, "backend_cls", None) if config is not None else None
+    return (cls or TorchBackend)(), config
 
 
 def _listening_socket(host: str) -> socket.socket:
@@ -66,7 +74,7 @@ def _listening_socket(host: str) -> socket.socket:
     return sock
 
 
-def _master_store(host: str, world_size: int, timeout: timedelta) -> Any:
+def master_store(host: str, world_size: int, timeout: timedelta) -> Any:
     import torch.distributed as dist
 
     try:
@@ -85,27 +93,69 @@ def _master_store(host: str, world_size: int, timeout: timedelta) -> Any:
     return store
 
 
-def _setup_process_group(session: Session, backend: str, timeout_s: float) -> tuple[Any, dict[int, str]]:
-    """Rendezvous through the tuner and join one torch.distributed process group.
+def _open_rank_group(session: Any, timeout_s: float) -> RankGroup:
+    """The rendezvous of ``session``'s group: rank 0 opens a TCPStore on its host and the tuner tells the others.
 
-    Returns the store and the sockets the group opened (see :func:`_shutdown_sockets`).
+    A single-rank group has no store. (torch's TCPStore is the store: a
+    key-value server with a timeout on every read; no process group is made.)
+    """
+    spec = session.spec
+    if spec.world_size <= 1:
+        return RankGroup(spec, timeout_s=timeout_s)
+    timeout = timedelta(seconds=timeout_s)
+    if spec.rank == 0:
+        store = master_store(spec.host, spec.world_size, timeout)
+        session.send(proto.Rendezvous(spec.host, store.port))
+        return RankGroup(spec, store, (spec.host, int(store.port)), timeout_s)
+    msg = proto.recv_from_tuner(session.sock)
+    while isinstance(msg, proto.Go):  # pragma: no cover - defensive
+        msg = proto.recv_from_tuner(session.sock)
+    if not isinstance(msg, proto.Rendezvous):
+        raise TrialAborted(f"expected the rendezvous address, got {msg!r}")
+    import torch.distributed as dist
+
+    store = dist.TCPStore(msg.host, msg.port, spec.world_size, is_master=False, timeout=timeout)
+    return RankGroup(spec, store, (msg.host, int(msg.port)), timeout_s)
+
+
+class TorchBackend(Backend):
+    """torch's backend: with several ranks, join one torch.distributed process group on the rendezvous store.
+
+    The default of every multi-rank trial (and of ``TorchTrainer``'s
+    ``TorchConfig``); a single CPU rank imports nothing.
+    """
+
+    def __init__(self) -> None:
+        self._backend = "gloo"
+        self._sockets: dict[int, str] = {}
+
+    def on_start(self, worker_group: RankGroup, backend_config: Any) -> None:
+        spec = worker_group.spec
+        self._backend, timeout_s = _torch_settings(backend_config, spec)
+        if spec.world_size > 1:
+            self._sockets = _join_process_group(worker_group, self._backend, timeout_s)
+        elif spec.gpu_ids:
+            _pin_gpu(spec)
+
+    def on_shutdown(self, worker_group: RankGroup, backend_config: Any) -> None:
+        spec = worker_group.spec
+        if spec.world_size > 1:  # never import torch for single-rank CPU trials
+            _teardown_process_group(worker_group.store, spec, self._backend, worker_group.failed, self._sockets)
+        elif spec.gpu_ids:
+            _release_gpu_memory()
+
+
+def _join_process_group(group: RankGroup, backend: str, timeout_s: float) -> dict[int, str]:
+    """Join one torch.distributed process group on the group's rendezvous store.
+
+    Returns the sockets the group opened (see :func:`_shutdown_sockets`).
     """
     import torch.distributed as dist
 
-    spec = session.spec
+    spec = group.spec
     timeout = timedelta(seconds=timeout_s)
-    if spec.rank == 0:
-        store = _master_store(spec.host, spec.world_size, timeout)
-        session.send(proto.Rendezvous(spec.host, store.port))
-        master = (spec.host, store.port)
-    else:
-        msg = proto.recv_from_tuner(session.sock)
-        while isinstance(msg, proto.Go):  # pragma: no cover - defensive
-            msg = proto.recv_from_tuner(session.sock)
-        if not isinstance(msg, proto.Rendezvous):
-            raise TrialAborted(f"expected the rendezvous address, got {msg!r}")
-        master = (msg.host, msg.port)
-        store = dist.TCPStore(master[0], master[1], spec.world_size, is_master=False, timeout=timeout)
+    assert group.store_address is not None
+    master = group.store_address
     os.environ.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
     if spec.gpu_ids:
         _pin_gpu(spec)
@@ -120,12 +170,12 @@ def _setup_process_group(session: Session, backend: str, timeout_s: float) -> tu
         from torch.distributed import distributed_c10d
 
         distributed_c10d._world.group_count = 0
-        dist.init_process_group(backend, store=store, rank=spec.rank, world_size=spec.world_size, timeout=timeout)
+        dist.init_process_group(backend, store=group.store, rank=spec.rank, world_size=spec.world_size,
+                                timeout=timeout)
     finally:
         if ifname:
             os.environ.pop("GLOO_SOCKET_IFNAME", None)
-    group_sockets = {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino}
-    return store, group_sockets
+    return {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino}
 
 
 def _interface_of(host: str) -> str | None:
@@ -204,7 +254,6 @@ def _teardown_process_group(store: Any, spec: RankSpec, backend: str, failed: bo
             dist.destroy_process_group()
     except Exception:
         logger.debug("tuneplat: destroy_process_group failed", exc_info=True)
-    del store
     if failed and group_ref is not None and group_ref() is not None:
         # Something (DDP does, in torch 2.x, even after the model is gone) still holds the
         # group, so gloo keeps its connections open and peers blocked in a collective would
@@ -413,22 +462,22 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
     heartbeat.attach(session)
     if spec.elastic:
         _watch_retirement(session)
-    store = None
-    group_sockets: dict[int, str] = {}
+    group: RankGroup | None = None
     outcome = "done"
     chainable = may_chain and spec.world_size == 1
     idle = False
-    backend, pg_timeout_s = _torch_settings(trainable, spec)
+    backend, backend_config = _backend_of(trainable)
     _stacks.register(spec.trial_id, spec.rank)
     _stacks.arm(spec.trial_id, spec.rank, spec.trial_dir)
     try:
         if spec.world_size > 1:
             session.monitor.state = "rendezvous"
-            store, group_sockets = _setup_process_group(session, backend, pg_timeout_s)
-        elif spec.gpu_ids:
-            _pin_gpu(spec)
+        group = _open_rank_group(session, float(getattr(backend_config, "timeout_s", None) or spec.pg_timeout_s))
+        session.backend_group = group
+        backend.on_start(group, backend_config)
+        backend.on_training_start(group, backend_config)
         session.monitor.state = "training"
-        with apply_trial_io(spec.trial_io, spec.trial_dir):
+        with apply_trial_io(spec.trial_io, spec.trial_dir), _train_func_context(backend_config):
             _call(trainable, spec.config)
         chainable = chainable and not _others_wait()
         idle = _send(session, proto.Done(chainable)) and chainable
@@ -455,11 +504,16 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         _stacks.unregister(spec.trial_id, spec.rank)
         _stacks.disarm(spec.trial_id, spec.rank)
         _reset_framework_state()
-        if spec.world_size > 1:  # never import torch for single-rank CPU trials
-            _teardown_process_group(store, spec, backend, outcome != "done", group_sockets)
-            store = None
-        elif spec.gpu_ids:
-            _release_gpu_memory()
+        if group is not None:
+            group.failed = outcome != "done"
+            try:
+                backend.on_shutdown(group, backend_config)
+            except Exception:  # noqa: BLE001 - the trial's outcome is decided; keep the worker healthy
+                logger.warning("tuneplat: trial %s rank %d: the %s backend's shutdown failed", spec.trial_id,
+                               spec.rank, type(backend).__name__, exc_info=True)
+            group.close()
+            group = None
+        session.backend_group = None
         _set_session(None)
         for k, v in saved_env.items():
             if v is None:
@@ -467,6 +521,12 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
             else:
                 os.environ[k] = v
     return outcome, idle
+
+
+def _train_func_context(backend_config: Any) -> Any:
+    """The backend config's ``train_func_context()`` (Ray's hook), or nothing."""
+    make = getattr(backend_config, "train_func_context", None)
+    return make() if callable(make) else contextlib.nullcontext()
 
 
 #: how often an elastic group's rank looks whether its Dask worker is closing (a local attribute read)

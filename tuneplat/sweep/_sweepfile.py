@@ -1,6 +1,6 @@
 """Reading sweep files (YAML, TOML) into plain data with a location for every key.
 
-Only this module and :mod:`tuneplat.config` turn text from a sweep file into
+Only this package (:mod:`tuneplat.config` is its public face) turns text from a sweep file into
 values. YAML is read with a *composer* built on PyYAML's ``SafeLoader``: the
 node tree gives a line and column for every key and value, and any tag that is
 not plain data (``!!python/...``, custom ``!tags``, ``!!binary``, ``!!set``)

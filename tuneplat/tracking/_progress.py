@@ -42,7 +42,7 @@ logger = logging.getLogger("tuneplat")
 _ORDER = {TrialStatus.RUNNING: 0, TrialStatus.PAUSED: 1, TrialStatus.PENDING: 2, TrialStatus.ERROR: 3,
           TrialStatus.TERMINATED: 4}
 _STYLE = {"RUNNING": "cyan", "PAUSED": "yellow", "PENDING": "dim", "ERROR": "red", "TERMINATED": "green"}
-#: the saved view of the MLflow runs table that tuneplat stores on the experiment (see tracking/_mlflow.py)
+#: the saved view of the MLflow runs table that tuneplat stores on the experiment (see tracking/_mlflow/)
 MLFLOW_VIEW_KEY = "tuneplat"
 _LIVE_REFRESH_S = 1.0
 

@@ -6,8 +6,9 @@ from .._compat import SyncConfig
 from .._config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ..results._result import Result
 from ..storage._checkpoint import Checkpoint
+from ._backend import BackendConfig
 from ._callback import UserCallback
-from ._configs_v2 import TRAIN_DATASET_KEY, BackendConfig, LoggingConfig
+from ._configs_v2 import TRAIN_DATASET_KEY, LoggingConfig
 from ._errors import ControllerError, NCCLHangError, PreemptionError, TrainingFailedError, WorkerGroupError
 from ._reported import (
     CheckpointConsistencyMode,
@@ -30,8 +31,9 @@ from .data import DataConfig, DataIterator, get_dataset_shard
 
 
 def __getattr__(name: str) -> object:
-    """``train.torch`` without ``import tuneplat.train.torch`` first (as ``ray.train.torch`` after ``from ray import train``)."""
-    if name in ("torch", "v2"):
+    """``train.torch`` (``train.xgboost``, ``train.lightgbm``, ``train.v2``) without importing it first (as
+    ``ray.train.torch`` after ``from ray import train``)."""
+    if name in ("torch", "xgboost", "lightgbm", "v2"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

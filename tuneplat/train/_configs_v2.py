@@ -1,19 +1,14 @@
-"""Ray Train V2's smaller public names: ``BackendConfig``, ``LoggingConfig``, ``TRAIN_DATASET_KEY``."""
+"""Ray Train V2's smaller public names: ``LoggingConfig``, ``TRAIN_DATASET_KEY``."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-__all__ = ["TRAIN_DATASET_KEY", "BackendConfig", "LoggingConfig"]
+__all__ = ["TRAIN_DATASET_KEY", "LoggingConfig"]
 
 #: the dataset name Ray's trainers treat as the training set (``ray.train.TRAIN_DATASET_KEY``)
 TRAIN_DATASET_KEY = "train"
-
-
-class BackendConfig:
-    """The base of the framework configs a trainer takes (``ray.train.BackendConfig``); see
-    :class:`tuneplat.train.torch.TorchConfig`."""
 
 
 @dataclass

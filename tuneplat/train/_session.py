@@ -220,6 +220,7 @@ class Session:
         self.save_requested = False  # the last report's answer asked for a checkpoint of that step
         self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
+        self.backend_group: Any = None  # the rank's train._backend.RankGroup while its trial runs
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
         self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
 

@@ -18,20 +18,29 @@ __all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
 logger = logging.getLogger("tuneplat")
 
 
-def _with_loop_config(fn: Callable[..., Any], torch_config: Any = None) -> Callable[..., Any]:
+def _with_loop_config(fn: Callable[..., Any], backend_config: Any = None, resume_from_checkpoint: Any = None
+                      ) -> Callable[..., Any]:
     @functools.wraps(fn)
     def loop(config: dict[str, Any]) -> Any:
         import inspect
 
+        if resume_from_checkpoint is not None:  # Ray V2: what get_checkpoint() gives a run that has none of its own
+            session = current_session()
+            if session is not None and session.checkpoint is None:
+                session.checkpoint = resume_from_checkpoint
         cfg = config.get("train_loop_config", {})
         if len(inspect.signature(fn).parameters) == 0:
             return fn()
         return fn(cfg)
 
     del loop.__wrapped__  # type: ignore[attr-defined]  # (its signature is loop(config), whatever fn takes)
-    if torch_config is not None:  # read by the rank before it joins the process group (execution/_runner.py)
-        loop._tuneplat_torch_config = torch_config  # type: ignore[attr-defined]
+    if backend_config is not None:  # its Backend runs in every rank around fn (execution/_runner.py, train/_backend.py)
+        loop._tuneplat_backend_config = backend_config  # type: ignore[attr-defined]
     return loop
+
+
+def _is_torch_config(config: Any) -> bool:
+    return hasattr(config, "backend") and hasattr(config, "timeout_s")
 
 
 _TRAINER_FILE = "trainer.pkl"
@@ -108,9 +117,14 @@ def _unfinished_run(run_config: RunConfig) -> str | None:
 class DataParallelTrainer(ConvertibleTrainer):
     """Runs ``train_loop_per_worker(config)`` on ``scaling_config.num_workers`` ranks (``ray.train.DataParallelTrainer``).
 
-    With more than one rank the ranks join a torch.distributed process group
-    (gloo on CPUs, nccl on GPUs), as :class:`TorchTrainer` does; ``backend_config``
-    may be a :class:`tuneplat.train.torch.TorchConfig`.
+    ``backend_config`` (a :class:`tuneplat.train.backend.BackendConfig`) names
+    what every rank sets up around the function: its ``Backend``'s
+    ``on_start`` runs in each rank before it, ``on_shutdown`` after it, on every
+    attempt (``tuneplat/train/_backend.py``). Without one, several ranks join a
+    torch.distributed process group (gloo on CPUs, nccl on GPUs), as
+    :class:`TorchTrainer` does. Framework trainers (:class:`TorchTrainer`,
+    ``XGBoostTrainer``, ``LightGBMTrainer``) are this class with their own
+    config.
 
     Example:
         >>> trainer = DataParallelTrainer(train_loop, train_loop_config={"lr": 0.1},  # doctest: +SKIP
@@ -132,20 +146,19 @@ class DataParallelTrainer(ConvertibleTrainer):
                                       "tasks) is not ported: validate inside train_loop_per_worker and report the "
                                       "result with the checkpoint's metrics.")
         if resume_from_checkpoint is not None:
-            raise NotImplementedError(f"{self._name}(resume_from_checkpoint=...) is not ported: continue an "
-                                      f"interrupted run with {self._name}.restore(path), or load the checkpoint "
-                                      "inside train_loop_per_worker (pass its path in train_loop_config).")
+            from ..storage._checkpoint import Checkpoint
+
+            if not isinstance(resume_from_checkpoint, Checkpoint):
+                raise TypeError(f"{self._name}(resume_from_checkpoint=...) takes a tuneplat Checkpoint, got "
+                                f"{type(resume_from_checkpoint).__name__}")
+        self.resume_from_checkpoint = resume_from_checkpoint
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = dict(train_loop_config or {})
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config
         self.client = client
         self.metadata = metadata
-        torch_config = torch_config if torch_config is not None else backend_config
-        if torch_config is not None and not (hasattr(torch_config, "backend") and hasattr(torch_config, "timeout_s")):
-            raise TypeError("torch_config must be a tuneplat.train.torch.TorchConfig(backend=..., timeout_s=...), "
-                            f"got {type(torch_config).__name__}")
-        self.torch_config = torch_config
+        self.backend_config = self._check_backend_config(torch_config if torch_config is not None else backend_config)
         self._restore_path: str | None = None
         self.datasets: dict[str, Any] | None = None
         self.dataset_config: Any = dataset_config
@@ -172,9 +185,23 @@ class DataParallelTrainer(ConvertibleTrainer):
                 self._dataset_names = list(self._sources)
                 dataset_config.check_names(self._dataset_names)
 
+    def _check_backend_config(self, config: Any) -> Any:
+        """``config`` if this trainer can run with it (a BackendConfig, or torch's), else a TypeError."""
+        from ._backend import BackendConfig
+
+        if config is None or isinstance(config, BackendConfig) or _is_torch_config(config):
+            return config
+        raise TypeError(f"backend_config must be a tuneplat.train.backend.BackendConfig (e.g. "
+                        f"tuneplat.train.torch.TorchConfig(...)), got {type(config).__name__}")
+
+    @property
+    def torch_config(self) -> Any:
+        """The backend config (the name ``TorchTrainer(torch_config=...)`` gives it)."""
+        return self.__dict__.get("backend_config", self.__dict__.get("torch_config"))
+
     def as_trainable(self) -> TrainerParts:
         """This trainer as the function each rank runs (with its datasets), its config, resources and run config."""
-        fn = _with_loop_config(self.train_loop_per_worker, self.torch_config)
+        fn = _with_loop_config(self.train_loop_per_worker, self.torch_config, self.__dict__.get("resume_from_checkpoint"))
         if self._sources:
             from .data._loop import DatasetLoop
 
@@ -302,7 +329,8 @@ class DataParallelTrainer(ConvertibleTrainer):
                       (saved.train_loop_config if saved else None),
                       scaling_config=kwargs.pop("scaling_config", saved.scaling_config if saved else None),
                       run_config=kwargs.pop("run_config", saved.run_config if saved else None),
-                      torch_config=kwargs.pop("torch_config", saved.torch_config if saved else None), **kwargs)
+                      backend_config=kwargs.pop("backend_config", kwargs.pop("torch_config", saved.torch_config if saved
+                                                                              else None)), **kwargs)
         trainer._restore_path = folder
         return trainer
 
@@ -317,3 +345,19 @@ class TorchTrainer(DataParallelTrainer):
     """
 
     _name = "TorchTrainer"
+
+    def __init__(self, train_loop_per_worker: Callable[..., Any], *, train_loop_config: Mapping[str, Any] | None = None,
+                 torch_config: Any = None, scaling_config: ScalingConfig | None = None,
+                 run_config: RunConfig | None = None, datasets: Any = None, dataset_config: Any = None,
+                 metadata: Any = None, resume_from_checkpoint: Any = None, client: Any = None,
+                 backend_config: Any = None) -> None:
+        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config, scaling_config=scaling_config,
+                         run_config=run_config, torch_config=torch_config, datasets=datasets, client=client,
+                         metadata=metadata, resume_from_checkpoint=resume_from_checkpoint,
+                         backend_config=backend_config, dataset_config=dataset_config)
+
+    def _check_backend_config(self, config: Any) -> Any:
+        if config is not None and not _is_torch_config(config):
+            raise TypeError("torch_config must be a tuneplat.train.torch.TorchConfig(backend=..., timeout_s=...), "
+                            f"got {type(config).__name__}")
+        return config

@@ -468,6 +468,62 @@ class DataIterator:
         return _Epochs(rows)
 
 
+    def to_pandas(self) -> Any:
+        """One epoch of this rank's rows as one pandas DataFrame (for libraries that take a frame: xgboost, LightGBM)."""
+        import pandas as pd
+
+        frames = list(self.iter_batches(batch_size=None, batch_format="pandas", prefetch_batches=0))
+        if not frames:
+            return pd.DataFrame()
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+    def materialize(self) -> MaterializedShard:
+        """This rank's rows read once and held in memory (Ray's ``DataIterator.materialize()``).
+
+        Example:
+            >>> df = train.get_dataset_shard("train").materialize().to_pandas()  # doctest: +SKIP
+        """
+        return MaterializedShard(self.to_pandas())
+
+
+class MaterializedShard:
+    """A rank's shard held in memory (what ``DataIterator.materialize()`` returns; Ray's is a Dataset)."""
+
+    def __init__(self, frame: Any) -> None:
+        self._frame = frame
+
+    def __repr__(self) -> str:
+        return f"MaterializedShard({len(self._frame)} rows, columns={list(self._frame.columns)})"
+
+    def count(self) -> int:
+        """How many rows."""
+        return len(self._frame)
+
+    def columns(self) -> list[str]:
+        return [str(c) for c in self._frame.columns]
+
+    def to_pandas(self) -> Any:
+        """The rows as a pandas DataFrame (a copy: change it freely)."""
+        return self._frame.copy()
+
+    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "numpy",
+                     drop_last: bool = False, **_: Any) -> Iterator[Any]:
+        """The rows in order, as dicts of numpy arrays (or DataFrames with ``batch_format="pandas"``)."""
+        if batch_format not in ("numpy", "default", "pandas"):
+            raise ValueError(f"batch_format={batch_format!r}: it must be 'numpy' (or 'default') or 'pandas'.")
+        n = len(self._frame)
+        step = n if batch_size is None else int(batch_size)
+        for lo in range(0, n, max(step, 1)):
+            part = self._frame.iloc[lo:lo + step]
+            if drop_last and len(part) < step:
+                return
+            yield part if batch_format == "pandas" else {str(c): part[c].to_numpy() for c in part.columns}
+
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        for row in self._frame.to_dict(orient="records"):
+            yield row
+
+
 def _to_pandas(batch: dict[str, Any]) -> Any:
     import pandas as pd
 

@@ -29,8 +29,8 @@ class DatasetLoop:
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
 
     @property
-    def _tuneplat_torch_config(self) -> Any:
-        return getattr(self._fn, "_tuneplat_torch_config", None)
+    def _tuneplat_backend_config(self) -> Any:
+        return getattr(self._fn, "_tuneplat_backend_config", None)
 
     def _tuneplat_bind(self, client: Any) -> tuple[DatasetLoop, tuple[Any, ...]]:
         bound = {name: src.bind(client) for name, src in self._sources.items()}

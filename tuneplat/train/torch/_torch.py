@@ -15,7 +15,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from ...storage._checkpoint import load_torch
 from .. import _session as _sessions
-from .._configs_v2 import BackendConfig
+from .._backend import Backend, BackendConfig
 
 __all__ = ["TorchConfig", "enable_reproducibility", "get_device", "get_devices", "load_torch",
            "prepare_data_loader", "prepare_model"]
@@ -56,6 +56,13 @@ class TorchConfig(BackendConfig):
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
             raise ValueError(f"The value of `TorchConfig.timeout_s` is {self.timeout_s!r}, but must be a number of "
                              "seconds > 0.")
+
+    @property
+    def backend_cls(self) -> type[Backend]:
+        """torch's backend: the ranks join one process group (``execution/_runner.py``)."""
+        from ...execution._runner import TorchBackend
+
+        return TorchBackend
 
 
 def _session() -> Any:

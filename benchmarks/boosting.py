@@ -1,0 +1,234 @@
+"""One XGBoost model over 2 ranks: tuneplat's XGBoostTrainer vs xgboost.dask.train vs one process (vs Ray's).
+
+Same data (generated here, in memory), same cluster (a 2-worker LocalCluster, one thread per worker process),
+same parameters (``tree_method="hist"``); each distributed rank uses ``nthread=1`` and the one process
+``nthread=2`` (the same 2 cores). For each: seconds inside ``xgboost.train`` (the ranks' own measure, max over
+ranks), end-to-end seconds (the call the user makes: ``trainer.fit()``, ``xgboost.dask.train`` with its
+``DaskDMatrix``), rounds/s, and peak resident memory of the processes that trained (the worker processes, sampled
+every 50 ms; the driver for the one process). Ray 2.x's ``XGBoostTrainer`` (Ray Data input, 2 workers) runs when
+``ray`` imports, unless ``--no-ray``. The models' predictions are compared (max abs difference).
+
+Usage:
+  python benchmarks/boosting.py [--rows 200000] [--features 30] [--rounds 50] [--no-ray]
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np
+import pandas as pd
+import psutil
+
+
+def make_frame(rows: int, features: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, features)).astype(np.float32)
+    y = x[:, 0] * 2 - x[:, 1] * x[:, 2] + np.sin(3 * x[:, 3]) + rng.normal(0, 0.1, rows).astype(np.float32)
+    frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(features)])
+    frame["y"] = y
+    return frame
+
+
+PARAMS = {"tree_method": "hist", "objective": "reg:squarederror", "max_depth": 6, "eta": 0.1, "max_bin": 256}
+
+
+class PeakRSS:
+    """The highest summed RSS of some processes, sampled in a thread."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.procs = [psutil.Process(p) for p in pids]
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            total = 0
+            for p in self.procs:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def rank_loop(config: dict) -> None:
+    """Each rank: its shard → DMatrix → xgboost.train inside xgboost's collective; times itself."""
+    import xgboost
+
+    from tuneplat import train
+    from tuneplat.train.backend import get_rank_group
+    from tuneplat.train.xgboost import RayTrainReportCallback
+
+    frame = train.get_dataset_shard("train").materialize().to_pandas()
+    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"])
+    t0 = time.perf_counter()
+    booster = xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"])
+    seconds = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as folder:
+        ckpt = None
+        if train.get_context().get_world_rank() == 0:
+            booster.save_model(os.path.join(folder, RayTrainReportCallback.CHECKPOINT_NAME))
+            ckpt = train.Checkpoint(folder)
+        seconds = max(get_rank_group().all_gather(seconds))  # the slowest rank
+        train.report({"train_s": seconds}, checkpoint=ckpt)
+
+
+def bench_tuneplat(client, ddf, rounds: int, storage: str) -> dict:
+    import tuneplat as tune
+    from tuneplat.train.xgboost import RayTrainReportCallback, XGBoostTrainer
+
+    pids = [int(v) for v in client.run(os.getpid).values()]
+    trainer = XGBoostTrainer(rank_loop, train_loop_config={"params": PARAMS, "rounds": rounds},
+                             datasets={"train": ddf}, scaling_config=tune.ScalingConfig(num_workers=2),
+                             run_config=tune.RunConfig(name="bench", storage_path=storage, verbose=0, mlflow=False),
+                             client=client)
+    with PeakRSS(pids) as mem:
+        t0 = time.perf_counter()
+        result = trainer.fit()
+        wall = time.perf_counter() - t0
+    booster = RayTrainReportCallback.get_model(result.checkpoint)
+    train_s = float(result.metrics["train_s"])
+    return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "peak_rss_mb": mem.peak / 2**20,
+            "booster": booster}
+
+
+def bench_dask(client, ddf, rounds: int) -> dict:
+    import xgboost
+    import xgboost.dask
+
+    pids = [int(v) for v in client.run(os.getpid).values()]
+    with client.as_current(), PeakRSS(pids) as mem:
+        t0 = time.perf_counter()
+        dtrain = xgboost.dask.DaskDMatrix(client, ddf.drop(columns="y"), ddf["y"])
+        t1 = time.perf_counter()
+        out = xgboost.dask.train(client, {**PARAMS, "nthread": 1}, dtrain, num_boost_round=rounds)
+        t2 = time.perf_counter()
+    return {"train_s": t2 - t1, "end_to_end_s": t2 - t0, "rounds_per_s": rounds / (t2 - t1),
+            "peak_rss_mb": mem.peak / 2**20, "booster": out["booster"],
+            "note": "train_s: xgboost.dask.train (DMatrix built inside it on the workers)"}
+
+
+def bench_one_process(frame: pd.DataFrame, rounds: int) -> dict:
+    import xgboost
+
+    me = psutil.Process()
+    before = me.memory_info().rss
+    with PeakRSS([os.getpid()]) as mem:
+        t0 = time.perf_counter()
+        dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"], nthread=2)
+        t1 = time.perf_counter()
+        booster = xgboost.train({**PARAMS, "nthread": 2}, dtrain, num_boost_round=rounds)
+        t2 = time.perf_counter()
+    return {"train_s": t2 - t1, "end_to_end_s": t2 - t0, "rounds_per_s": rounds / (t2 - t1),
+            "peak_rss_mb": mem.peak / 2**20, "rss_growth_mb": (mem.peak - before) / 2**20, "booster": booster}
+
+
+def ray_rank_loop(config: dict) -> None:
+    import time
+
+    import ray.train
+    import xgboost
+    from ray.train.xgboost import RayTrainReportCallback
+
+    frame = ray.train.get_dataset_shard("train").materialize().to_pandas()
+    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"])
+    t0 = time.perf_counter()
+    xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"],
+                  callbacks=[RayTrainReportCallback(frequency=0, checkpoint_at_end=True)])
+    ray.train.report({"train_s": time.perf_counter() - t0})
+
+
+def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
+    import ray
+    import ray.data
+    import ray.train
+    from ray.train.xgboost import RayTrainReportCallback, XGBoostTrainer
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        ds = ray.data.from_pandas(frame)
+        trainer = XGBoostTrainer(ray_rank_loop, train_loop_config={"params": PARAMS, "rounds": rounds},
+                                 datasets={"train": ds}, scaling_config=ray.train.ScalingConfig(num_workers=2),
+                                 run_config=ray.train.RunConfig(name="bench_ray", storage_path=storage))
+        t0 = time.perf_counter()
+        result = trainer.fit()
+        wall = time.perf_counter() - t0
+        booster = RayTrainReportCallback.get_model(result.checkpoint)
+        train_s = float(result.metrics.get("train_s", float("nan")))
+        return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "booster": booster,
+                "note": "end_to_end_s: trainer.fit() once ray.init() returned; peak memory not sampled"}
+    finally:
+        ray.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--features", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--no-ray", action="store_true")
+    args = parser.parse_args()
+
+    import dask.dataframe as dd
+    import xgboost
+    from distributed import Client, LocalCluster
+
+    frame = make_frame(args.rows, args.features)
+    X = xgboost.DMatrix(frame.drop("y", axis=1))
+    out: dict = {"benchmark": "boosting", "rows": args.rows, "features": args.features, "rounds": args.rounds,
+                 "params": PARAMS, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                               "xgboost": xgboost.__version__,
+                                               "loadavg_before": open("/proc/loadavg").read().split()[:3]}}
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="tuneplat-bench-boosting-") as tmp:
+        results["one_process"] = bench_one_process(frame, args.rounds)
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            ddf = client.persist(dd.from_pandas(frame, npartitions=2, sort=False))
+            client.wait_for_workers(2)
+            results["xgboost_dask"] = bench_dask(client, ddf, args.rounds)
+            results["tuneplat_XGBoostTrainer"] = bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, "tp"))
+        if not args.no_ray:
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                out["ray"] = "not installed"
+            else:
+                results["ray_XGBoostTrainer"] = bench_ray(frame, args.rounds, os.path.join(tmp, "ray"))
+    reference = results["tuneplat_XGBoostTrainer"]["booster"].predict(X)
+    for r in results.values():
+        r["max_abs_prediction_diff_vs_tuneplat"] = float(np.abs(r.pop("booster").predict(X) - reference).max())
+    out["results"] = results
+    tp = results["tuneplat_XGBoostTrainer"]
+    out["ratios"] = {f"tuneplat_train_s / {k}_train_s": tp["train_s"] / r["train_s"]
+                     for k, r in results.items() if k != "tuneplat_XGBoostTrainer"}
+    out["ratios"].update({f"tuneplat_end_to_end_s / {k}_end_to_end_s": tp["end_to_end_s"] / r["end_to_end_s"]
+                          for k, r in results.items() if k != "tuneplat_XGBoostTrainer"})
+    out["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The framework seam (train/_backend.py): a non-torch backend's ranks share the rendezvous, join no torch group."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import backend_trainables as bt
+import pytest
+
+import tuneplat as tune
+from tuneplat.train import DataParallelTrainer
+from tuneplat.train.backend import Backend, BackendConfig, get_rank_group
+
+
+def _events(log_dir: str) -> list[dict]:
+    with open(os.path.join(log_dir, "events.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _trainer(tmp_path, name: str, **loop_config) -> DataParallelTrainer:
+    log_dir = str(tmp_path / "log")
+    os.makedirs(log_dir, exist_ok=True)
+    return DataParallelTrainer(
+        bt.loop, train_loop_config={"log_dir": log_dir, **loop_config},
+        backend_config=bt.AddressesConfig(log_dir), scaling_config=tune.ScalingConfig(num_workers=2),
+        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path / "results"), verbose=0, mlflow=False,
+                                  failure_config=tune.FailureConfig(max_failures=1)))
+
+
+def test_two_ranks_gather_addresses_without_a_torch_group(dask_client, tmp_path):
+    trainer = _trainer(tmp_path, "addresses")
+    trainer.client = dask_client
+    result = trainer.fit()
+    assert result.metrics["done"] == 1
+    events = _events(str(tmp_path / "log"))
+    starts = sorted((e for e in events if e["hook"] == "start"), key=lambda e: e["rank"])
+    assert [e["rank"] for e in starts] == [0, 1]
+    own = [e["own"] for e in starts]
+    assert own[0] != own[1]  # each rank's own free port (the two workers share 127.0.0.1)
+    for e in starts:
+        assert e["peers"] == own, "all_gather must give every rank every rank's address, in rank order"
+        assert e["token"] == "from-rank-0"  # broadcast from rank 0
+    loops = sorted((e for e in events if e["hook"] == "loop"), key=lambda e: e["rank"])
+    assert [e["peers"] for e in loops] == [own, own]  # on_start ran in the rank before the user's function
+    assert [e["torch_group"] for e in loops] == [False, False]  # no gloo group was joined
+    assert [e["gathered_in_loop"] for e in loops] == [[0, 10], [0, 10]]
+    assert [e["world"] for e in loops] == [2, 2]
+    shutdowns = [e for e in events if e["hook"] == "shutdown"]
+    assert sorted(e["rank"] for e in shutdowns) == [0, 1] and not any(e["failed"] for e in shutdowns)
+    assert events.index(shutdowns[0]) > max(events.index(e) for e in loops if e["rank"] == shutdowns[0]["rank"])
+
+
+def test_hooks_run_on_every_attempt(dask_client, tmp_path):
+    trainer = _trainer(tmp_path, "retry", fail_first=True)
+    trainer.client = dask_client
+    result = trainer.fit()
+    assert result.metrics["done"] == 1
+    events = _events(str(tmp_path / "log"))
+    by_attempt: dict[int, list[str]] = {}
+    for e in events:
+        by_attempt.setdefault(e["attempt"], []).append(e["hook"])
+    assert sorted(by_attempt) == [0, 1]
+    for attempt, hooks in by_attempt.items():
+        assert sorted(hooks) == ["loop", "loop", "shutdown", "shutdown", "start", "start"], (attempt, hooks)
+    failed = {(e["attempt"], e["rank"]): e["failed"] for e in events if e["hook"] == "shutdown"}
+    assert failed[(0, 1)] is True and failed[(1, 0)] is False and failed[(1, 1)] is False
+
+
+def test_backend_config_is_checked_and_outside_a_rank_there_is_no_group():
+    assert get_rank_group() is None
+    assert BackendConfig().backend_cls is Backend and BackendConfig().framework is None
+    with pytest.raises(TypeError, match="backend_config must be a tuneplat.train.backend.BackendConfig"):
+        DataParallelTrainer(bt.loop, backend_config={"timeout_s": 5})

@@ -1,0 +1,177 @@
+"""A Dask worker group's life: failing, aborting and ending it; parking and chaining single-rank runners."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Mapping
+
+from ..train._session import RankSpec
+from . import _protocol as proto
+from ._channel import token_id
+from ._dask_state import _DaskState, _Group, _Rank
+from ._executor import (
+    Ended,
+    Outcome,
+    RankFailed,
+    Started,
+)
+from ._observe import rank_row
+
+__all__ = ["_GroupLifecycle"]
+
+logger = logging.getLogger("tuneplat")
+
+
+class _GroupLifecycle(_DaskState):
+    """A Dask worker group's life (a part of :class:`~tuneplat.execution._dask_executor.DaskTrialExecutor`)."""
+
+    def _park(self, rank: _Rank) -> None:
+        """A single-rank trial ended on a healthy runner that waits for more: keep it, and its slot, for now."""
+        rank.released = True  # the slot passes to whatever this runner does next (see _unpark)
+        rank.parked = True
+        self.idle.append(rank)
+
+    def _unpark(self, rank: _Rank, bye: bool) -> None:
+        """The runner leaves: "bye" (or nothing, its connection is gone) and its slot is free."""
+        self.idle = [r for r in self.idle if r is not rank]
+        rank.parked = False
+        if bye and rank.conn is not None:
+            try:
+                proto.send(rank.conn, proto.Bye())
+            except OSError:
+                pass
+        if rank.channel is not None:
+            self._drop_conn(rank.channel)
+        rank.conn = None
+        rank.channel = None
+        self.ledger.release(rank.assignment)
+        if self._lease_queue:
+            self._serve_leases()
+
+    def _take_idle(self, request: Mapping[str, float]) -> _Rank | None:
+        """An idle runner that can take a trial asking ``request``: its connection is open, its worker still
+        placeable, and it was placed with the same request (a runner of another shape stays parked)."""
+        for rank in reversed(list(self.idle)):
+            addr = rank.assignment.address
+            if not (rank.conn is not None and rank.future is not None and addr in self.ledger.slots
+                    and addr not in self.ledger.quarantined):
+                self._unpark(rank, bye=True)
+                continue
+            if dict(rank.request if rank.request is not None else self.ctx.request) == request:
+                self.idle.remove(rank)
+                return rank
+        return None
+
+    def _dismiss_idle(self) -> None:
+        while self.idle:
+            self._unpark(self.idle[-1], bye=True)
+
+    def _chain(self, runner: _Rank, group: _Group, rank: _Rank, spec: RankSpec) -> None:
+        """Run ``group``'s single rank in the Dask task of ``runner`` (an idle runner of an ended trial).
+
+        The rank takes over the runner's task, connection and slot; ("next", spec)
+        counts as "hello" + "go" of a submitted rank, and the runner acknowledges it
+        with ("started",) before user code runs (until then a lost worker is not the
+        trial's failure: see ``_lost_before_start``).
+        """
+        runner.parked = False
+        rank.future, runner.future = runner.future, None
+        rank.conn, runner.conn = runner.conn, None
+        rank.channel, runner.channel = runner.channel, None
+        rank.pid, rank.hostname = runner.pid, runner.hostname
+        rank.ever_connected = True
+        rank.chained = True
+        rank.started_ack = False
+        rank.last_seen = time.monotonic()
+        assert rank.channel is not None and rank.future is not None
+        rank.channel.group, rank.channel.rank = group, rank
+        self.task_owner[rank.future.key] = (group, rank)
+        group.go_sent = True
+        self._send(rank, proto.Next(spec))
+        self._events.append(Started(group.trial_id))
+
+    def _release(self, rank: _Rank) -> None:
+        if rank.released:
+            return
+        rank.released = True
+        self.ledger.release(rank.assignment)
+
+    def _forget_rank(self, rank: _Rank) -> None:
+        """A rank whose process died: its task will never report done; free its slot now."""
+        if rank.future is not None and not rank.task_done:
+            try:
+                rank.future.cancel()
+            except Exception:  # noqa: BLE001
+                pass
+        rank.task_done = True
+        self._release(rank)
+        self._refresh_ledger()
+
+    def _fail_group(self, group: _Group, message: str, tb: str | None = None) -> None:
+        if group.failure is None:
+            group.failure = (message, tb)
+            self._events.append(RankFailed(group.trial_id, group.attempt, message))
+        self._abort_group(group, "another rank of this trial failed")
+
+    def _abort_group(self, group: _Group, reason: str) -> None:
+        if group.aborted:
+            return
+        group.aborted = True
+        group.abort_reason = reason
+        for r in group.ranks:
+            if r.finished is None and r.conn is not None:
+                self._send(r, proto.Abort(reason))
+                r.conn_shut = True
+                try:
+                    r.conn.shutdown(socket.SHUT_RDWR)  # a rank blocked in recv() wakes up at once
+                except OSError:
+                    pass
+
+    def _maybe_end_group(self, group: _Group) -> None:
+        if group.ended or not all(r.finished for r in group.ranks):
+            return
+        # A single-rank runner that offers to take more is parked (the loop's next launch pass hands it the
+        # next trial, or the next poll sends it "bye"); other ranks that said "done"/"error" are leaving
+        # run_rank: their slots are free now.
+        parked = False
+        for r in group.ranks:
+            if (r.offers_next and not r.conn_shut and r.conn is not None and r.channel is not None
+                    and r.future is not None and len(group.ranks) == 1):
+                self._park(r)
+                parked = True
+            elif r.finished in ("done", "error", "aborted"):
+                self._release(r)
+        group.ended = True
+        self.groups.pop(group.trial_id, None)
+        if self.board is not None:
+            self.board.ended(group.trial_id, [rank_row(group.trial_id, r, state=r.finished or "done")
+                                              for r in group.ranks])
+        for a in group.leases:  # its nested group's ranks end with it (they lose their tuner)
+            self.ledger.release(a)
+        group.leases.clear()
+        if not parked and time.monotonic() - self._last_refresh > 1.0:
+            self._refresh_ledger()  # workers may have left: look before placing more (a parked runner's is there)
+        self.tokens.pop(token_id(group.token), None)
+        message: str | None
+        if group.resize_reason is not None and group.failure is None:
+            outcome, message, tb = Outcome.RESIZED, group.resize_reason, None
+        elif group.failure is not None and group.preempted is not None and any(
+                r.finished in ("dead", "lost") for r in group.ranks):
+            # its worker left before the group committed a checkpoint: start again from the latest one (what
+            # was trained since is lost); not a failure of the trial
+            outcome, tb = Outcome.RESIZED, None
+            message = f"{group.preempted}; it left before a checkpoint was committed ({group.failure[0]})"
+        elif group.failure is not None:
+            outcome, (message, tb) = Outcome.FAILED, group.failure
+        elif group.lost_before_start:
+            outcome, message, tb = (Outcome.NOT_STARTED, group.requeued or "a worker was lost before the trial started",
+                                    None)
+        elif group.aborted:
+            outcome, message, tb = Outcome.ABORTED, group.abort_reason, None
+        else:
+            outcome, message, tb = Outcome.FINISHED, None, None
+        self._events.append(Ended(group.trial_id, outcome, message, tb, world_size=len(group.ranks),
+                                  preempted=outcome is Outcome.RESIZED and group.preempted is not None))
+        self._serve_leases()  # slots were freed: waiting nested groups first

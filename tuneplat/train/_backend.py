@@ -1,0 +1,194 @@
+"""The framework seam of a trainer's ranks (Ray Train's ``BackendConfig`` / ``Backend``).
+
+A trainer names a :class:`BackendConfig`; its ``backend_cls`` is instantiated
+in every rank, whose :meth:`Backend.on_start` runs before the user's training
+function and :meth:`Backend.on_shutdown` after it, on every attempt of the
+trial (retries and resumes included). Both get the rank's :class:`RankGroup`:
+its rank and world size, its host address, and the group's rendezvous, rank
+0's key-value store, whose address the tuner already relays to the other ranks
+for torch (``execution/_runner.py``). Small values travel between ranks with
+:meth:`RankGroup.all_gather` / :meth:`RankGroup.broadcast`; a framework then
+starts its own distributed launch (xgboost's tracker, LightGBM's
+``machines``, ``TF_CONFIG``, ``jax.distributed``) from them. No torch process
+group is joined unless the backend is torch's (:class:`tuneplat.train.torch.TorchConfig`,
+the default of :class:`tuneplat.train.TorchTrainer`).
+
+The worker group (``execution/``) knows nothing of any framework: it makes the
+store, calls the two hooks and closes the store.
+
+Example:
+    >>> class PortsConfig(BackendConfig):  # doctest: +SKIP
+    ...     @property
+    ...     def backend_cls(self):
+    ...         return PortsBackend
+    >>> class PortsBackend(Backend):  # doctest: +SKIP
+    ...     def on_start(self, worker_group, backend_config):
+    ...         port = worker_group.free_port()
+    ...         peers = worker_group.all_gather(f"{worker_group.host}:{port}")
+    ...         os.environ["MY_FRAMEWORK_PEERS"] = ",".join(peers)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Backend", "BackendConfig", "RankGroup", "get_rank_group"]
+
+logger = logging.getLogger("tuneplat")
+
+
+class BackendConfig:
+    """What a trainer's ranks set up around the training function (``ray.train.backend.BackendConfig``).
+
+    Subclass it with the framework's settings as dataclass fields and return
+    your :class:`Backend` subclass from :attr:`backend_cls`. The plain
+    ``BackendConfig()`` sets nothing up (its ranks share only the rendezvous).
+    A ``timeout_s`` field, when a subclass has one, is how long a rank waits
+    for its peers at the rendezvous and in :meth:`RankGroup.all_gather` /
+    :meth:`RankGroup.broadcast` (else the trial's process-group timeout, 60 s).
+    """
+
+    @property
+    def backend_cls(self) -> type[Backend]:
+        """The :class:`Backend` each rank instantiates."""
+        return Backend
+
+    @property
+    def train_func_context(self) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+        """What makes the context the training function runs in, in every rank (Ray's hook; none by default)."""
+        return contextlib.nullcontext
+
+    @property
+    def framework(self) -> str | None:
+        """The framework's name (Ray's; None for the plain config)."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config's settings as plain values (Ray's; empty here)."""
+        return {}
+
+
+class Backend:
+    """Per-rank set-up and tear-down of a framework (``ray.train.backend.Backend``).
+
+    Unlike Ray's, where the hooks run on the driver and reach the workers
+    through the worker group, here both hooks run in every rank, with that
+    rank's view of the group: the same code, without the remote calls.
+    """
+
+    #: accepted for Ray compatibility (each rank already sees the GPUs it was given)
+    share_cuda_visible_devices: bool = False
+
+    def on_start(self, worker_group: RankGroup, backend_config: BackendConfig) -> None:
+        """Called in every rank, before the user's function (after the rendezvous)."""
+
+    def on_training_start(self, worker_group: RankGroup, backend_config: BackendConfig) -> None:
+        """Called in every rank just before the user's function (after :meth:`on_start`)."""
+
+    def on_shutdown(self, worker_group: RankGroup, backend_config: BackendConfig) -> None:
+        """Called in every rank after the user's function ended (returned, stopped or raised).
+
+        ``worker_group.failed`` says whether the rank's attempt failed. An
+        exception raised here is logged; it does not change the trial's outcome.
+        """
+
+
+class RankGroup:
+    """One rank's view of its group: ranks, its host, and the group's rendezvous store.
+
+    Built by the rank before :meth:`Backend.on_start`; the training function
+    reaches it with :func:`get_rank_group`. Values sent with
+    :meth:`all_gather`/:meth:`broadcast` are small JSON values (strings,
+    numbers, lists, dicts): the store is not authenticated, so nothing read
+    from it is unpickled.
+    """
+
+    def __init__(self, spec: Any, store: Any = None, store_address: tuple[str, int] | None = None,
+                 timeout_s: float = 60) -> None:
+        self.spec = spec
+        self.store = store
+        self.store_address = store_address
+        self.timeout_s = float(timeout_s)
+        self.failed = False
+        self._calls = 0
+
+    @property
+    def rank(self) -> int:
+        """This rank's index in the group (0 speaks for the group)."""
+        return int(self.spec.rank)
+
+    @property
+    def world_size(self) -> int:
+        """How many ranks the group has."""
+        return int(self.spec.world_size)
+
+    @property
+    def local_rank(self) -> int:
+        return int(self.spec.local_rank)
+
+    @property
+    def node_rank(self) -> int:
+        return int(self.spec.node_rank)
+
+    @property
+    def host(self) -> str:
+        """The address of this rank's Dask worker (where its framework should listen)."""
+        return str(self.spec.host)
+
+    def free_port(self) -> int:
+        """A TCP port free on :attr:`host` now (the OS's choice; free again when returned)."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((self.host, 0))
+            return int(s.getsockname()[1])
+
+    def _key(self, kind: str, rank: int) -> str:
+        return f"tuneplat/{kind}/{self._calls}/{rank}"
+
+    def _get(self, key: str) -> Any:
+        return json.loads(bytes(self.store.get(key)).decode("utf-8"))
+
+    def all_gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value``, in rank order (every rank must call it, in the same order).
+
+        Raises:
+            TypeError: ``value`` is not JSON-serialisable.
+        """
+        payload = json.dumps(value)
+        self._calls += 1
+        if self.world_size == 1 or self.store is None:
+            return [json.loads(payload)]
+        self.store.set(self._key("gather", self.rank), payload)
+        return [json.loads(payload) if r == self.rank else self._get(self._key("gather", r))
+                for r in range(self.world_size)]
+
+    def broadcast(self, value: Any = None, src: int = 0) -> Any:
+        """Rank ``src``'s ``value`` on every rank (every rank must call it, in the same order)."""
+        self._calls += 1
+        if self.rank == src or self.world_size == 1 or self.store is None:
+            payload = json.dumps(value)
+            if self.store is not None and self.world_size > 1:
+                self.store.set(self._key("bcast", src), payload)
+            return json.loads(payload)
+        return self._get(self._key("bcast", src))
+
+    def barrier(self) -> None:
+        """Wait until every rank reached this point."""
+        self.all_gather(None)
+
+    def close(self) -> None:
+        """Drop this rank's handle on the store (rank 0's ends the store)."""
+        self.store = None
+
+
+def get_rank_group() -> RankGroup | None:
+    """The calling rank's :class:`RankGroup` (None outside a trainer's rank)."""
+    from ._session import current_session
+
+    session = current_session()
+    return getattr(session, "backend_group", None) if session is not None else None
