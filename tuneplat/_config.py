@@ -138,12 +138,13 @@ class FailureConfig:
         controller_failure_limit: Ray Train V2's retries of its controller; accepted (default -1, as Ray's):
             tuneplat's controller is the driver's loop, which does not fail apart from the driver; a run
             whose driver stopped resumes when the script runs again (``docs/fault-tolerance.md``).
-        relax_collectives_on_preemption: Ray Train V2: once a preemption is announced, ``report()`` and
-            ``get_preemption_info()`` complete with the ranks that stay, so they commit a just-in-time
-            checkpoint without the leaving ones (default False: every rank takes part). Only when rank 0
-            stays; see ``docs/elastic.md``.
-        preemption_grace_s: Ray Train V2: how long (seconds, ``>= 0``, default 0) the ranks that stay may
-            go on past the preemption's deadline to finish that checkpoint.
+        relax_collectives_on_preemption: Ray Train V2's option (default False) to complete ``report()``
+            and ``get_preemption_info()`` with only the ranks that stay. Accepted, validated and kept with
+            the run; it changes nothing yet: tuneplat's just-in-time checkpoint is committed by every rank of
+            the group while the leaving Dask worker is still closing (``docs/elastic.md``), and a group whose
+            leaving rank is gone first restarts from its previous checkpoint.
+        preemption_grace_s: Ray Train V2's extra time (seconds, ``>= 0``, default 0) past the preemption
+            deadline. Accepted and kept; Dask announces no deadline, so there is none to extend.
     """
 
     max_failures: int = 0

@@ -223,3 +223,12 @@ def test_a_relaunched_driver_resumes_a_run_that_did_not_finish_and_sets_aside_a_
     assert (again.metrics["step"], again.metrics["start"]) == (4, 0)
     assert "it moved, whole, to" in caplog.text
     assert sorted(n for n in os.listdir(storage) if n.startswith("job")) != ["job"]
+
+
+def test_tuners_scaling_config_in_param_space_overrides_the_trainers(dask_client, storage):
+    """Ray's Tuner guide: the trainer has ScalingConfig(num_workers=1); param_space's grid gives each trial its own."""
+    trainer = TorchTrainer(V.where_am_i, scaling_config=train.ScalingConfig(num_workers=1))
+    grid = tuneplat.Tuner(trainer, param_space={"scaling_config": train.ScalingConfig(
+        num_workers=tuneplat.grid_search([1, 2]))}, run_config=_rc(storage, name="override"), client=dask_client).fit()
+    assert grid.num_errors == 0
+    assert sorted(res.metrics["world_size"] for res in grid) == [1, 2]

@@ -22,7 +22,8 @@ def rank_1_fails_at_step_2(config):
 
 def where_am_i(config):
     """Reports the process and the resources the rank got."""
-    train.report({"pid": os.getpid(), "rank": train.get_context().get_world_rank()})
+    ctx = train.get_context()
+    train.report({"pid": os.getpid(), "rank": ctx.get_world_rank(), "world_size": ctx.get_world_size()})
 
 
 def resumable(config):

@@ -55,8 +55,8 @@ class LocalSession:
             self.checkpoint = checkpoint
 
 
-def run_local(trainer: DataParallelTrainer) -> Result:
-    """Run ``trainer``'s training function once in this thread; its :class:`tuneplat.Result`.
+def run_local(trainer: DataParallelTrainer, fn: Any) -> Result:
+    """Run ``fn`` (``trainer``'s training function, taking the config) once in this thread; its Result.
 
     Raises:
         WorkerGroupError: the function raised (``worker_failures[0]`` is its exception).
@@ -79,9 +79,6 @@ def run_local(trainer: DataParallelTrainer) -> Result:
     _set_session(session, process_wide=outer is None)  # type: ignore[arg-type]
     value: Any = None
     try:
-        from ._trainer import _with_loop_config
-
-        fn = _with_loop_config(trainer.train_loop_per_worker)
         value = fn({"train_loop_config": dict(trainer.train_loop_config)})
     except Exception as exc:  # noqa: BLE001 - Ray's local mode: the function's own error, as the rank's
         raise WorkerGroupError(f"rank 0: {type(exc).__name__}: {exc}", {0: exc}) from exc

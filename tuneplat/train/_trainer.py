@@ -226,7 +226,7 @@ class DataParallelTrainer(ConvertibleTrainer):
         if self.scaling_config.num_workers == 0:  # Ray Train V2's local mode
             from ._local import run_local
 
-            return run_local(self)
+            return run_local(self, _with_loop_config(self.train_loop_per_worker))
         run_config = self.run_config
         logging_config: Any = getattr(run_config, "logging_config", None)
         if logging_config is not None and hasattr(logging_config, "apply"):  # Ray Train V2's LoggingConfig
@@ -350,11 +350,12 @@ class TorchTrainer(DataParallelTrainer):
                  torch_config: Any = None, scaling_config: ScalingConfig | None = None,
                  run_config: RunConfig | None = None, datasets: Any = None, dataset_config: Any = None,
                  metadata: Any = None, resume_from_checkpoint: Any = None, client: Any = None,
-                 backend_config: Any = None) -> None:
+                 backend_config: Any = None, validation_config: Any = None) -> None:
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config, scaling_config=scaling_config,
                          run_config=run_config, torch_config=torch_config, datasets=datasets, client=client,
                          metadata=metadata, resume_from_checkpoint=resume_from_checkpoint,
-                         backend_config=backend_config, dataset_config=dataset_config)
+                         backend_config=backend_config, dataset_config=dataset_config,
+                         validation_config=validation_config)
 
     def _check_backend_config(self, config: Any) -> Any:
         if config is not None and not _is_torch_config(config):
