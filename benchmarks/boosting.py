@@ -8,8 +8,12 @@ ranks), end-to-end seconds (the call the user makes: ``trainer.fit()``, ``xgboos
 every 50 ms; the driver for the one process). Ray 2.x's ``XGBoostTrainer`` (Ray Data input, 2 workers) runs when
 ``ray`` imports, unless ``--no-ray``. The models' predictions are compared (max abs difference).
 
+xgboost.dask and XGBoostTrainer run once cold (``cold_first_call``: end-to-end seconds of each library's first call
+in the worker processes, imports included), then ``--repeats`` times each, interleaved; the figures are the median
+warm run's (all warm runs listed).
+
 Usage:
-  python benchmarks/boosting.py [--rows 200000] [--features 30] [--rounds 50] [--no-ray]
+  python benchmarks/boosting.py [--rows 100000] [--features 30] [--rounds 20] [--repeats 3] [--no-ray]
 
 Prints one JSON object.
 """
@@ -20,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import threading
@@ -81,18 +86,21 @@ def rank_loop(config: dict) -> None:
     from tuneplat.train.backend import get_rank_group
     from tuneplat.train.xgboost import RayTrainReportCallback
 
-    frame = train.get_dataset_shard("train").materialize().to_pandas()
-    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"])
     t0 = time.perf_counter()
+    frame = train.get_dataset_shard("train").materialize().to_pandas()
+    t1 = time.perf_counter()
+    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"], nthread=1)
+    t2 = time.perf_counter()
     booster = xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"])
-    seconds = time.perf_counter() - t0
+    t3 = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         ckpt = None
         if train.get_context().get_world_rank() == 0:
             booster.save_model(os.path.join(folder, RayTrainReportCallback.CHECKPOINT_NAME))
             ckpt = train.Checkpoint(folder)
-        seconds = max(get_rank_group().all_gather(seconds))  # the slowest rank
-        train.report({"train_s": seconds}, checkpoint=ckpt)
+        times = get_rank_group().all_gather([t1 - t0, t2 - t1, t3 - t2])  # the slowest rank of each phase
+        train.report({"shard_s": max(t[0] for t in times), "dmatrix_s": max(t[1] for t in times),
+                      "train_s": max(t[2] for t in times)}, checkpoint=ckpt)
 
 
 def bench_tuneplat(client, ddf, rounds: int, storage: str) -> dict:
@@ -109,9 +117,11 @@ def bench_tuneplat(client, ddf, rounds: int, storage: str) -> dict:
         result = trainer.fit()
         wall = time.perf_counter() - t0
     booster = RayTrainReportCallback.get_model(result.checkpoint)
-    train_s = float(result.metrics["train_s"])
+    m = result.metrics
+    train_s = float(m["train_s"])
     return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "peak_rss_mb": mem.peak / 2**20,
-            "booster": booster}
+            "in_rank_s": {"read_shard": m["shard_s"], "dmatrix": m["dmatrix_s"], "train": m["train_s"]},
+            "booster": booster, "note": "train_s: xgboost.train in the ranks (slowest rank); end_to_end_s: fit()"}
 
 
 def bench_dask(client, ddf, rounds: int) -> dict:
@@ -146,18 +156,24 @@ def bench_one_process(frame: pd.DataFrame, rounds: int) -> dict:
 
 
 def ray_rank_loop(config: dict) -> None:
+    import os
+    import tempfile
     import time
 
     import ray.train
     import xgboost
-    from ray.train.xgboost import RayTrainReportCallback
 
     frame = ray.train.get_dataset_shard("train").materialize().to_pandas()
-    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"])
+    dtrain = xgboost.DMatrix(frame.drop("y", axis=1), label=frame["y"], nthread=1)
     t0 = time.perf_counter()
-    xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"],
-                  callbacks=[RayTrainReportCallback(frequency=0, checkpoint_at_end=True)])
-    ray.train.report({"train_s": time.perf_counter() - t0})
+    booster = xgboost.train({**config["params"], "nthread": 1}, dtrain, num_boost_round=config["rounds"])
+    seconds = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as folder:
+        ckpt = None
+        if ray.train.get_context().get_world_rank() == 0:
+            booster.save_model(os.path.join(folder, "model.ubj"))
+            ckpt = ray.train.Checkpoint.from_directory(folder)
+        ray.train.report({"train_s": seconds}, checkpoint=ckpt)
 
 
 def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
@@ -176,7 +192,7 @@ def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
         result = trainer.fit()
         wall = time.perf_counter() - t0
         booster = RayTrainReportCallback.get_model(result.checkpoint)
-        train_s = float(result.metrics.get("train_s", float("nan")))
+        train_s = float(result.metrics.get("train_s", float("nan")))  # (rank 0's)
         return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "booster": booster,
                 "note": "end_to_end_s: trainer.fit() once ray.init() returned; peak memory not sampled"}
     finally:
@@ -185,9 +201,11 @@ def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--features", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3, help="warm runs of xgboost.dask and XGBoostTrainer "
+                        "(interleaved; medians reported)")
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
 
@@ -208,8 +226,25 @@ def main() -> None:
                           dashboard_address=None) as cluster, Client(cluster) as client:
             ddf = client.persist(dd.from_pandas(frame, npartitions=2, sort=False))
             client.wait_for_workers(2)
-            results["xgboost_dask"] = bench_dask(client, ddf, args.rounds)
-            results["tuneplat_XGBoostTrainer"] = bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, "tp"))
+            runs: dict[str, list[dict]] = {"xgboost_dask": [], "tuneplat_XGBoostTrainer": []}
+            for i in range(1 + args.repeats):  # run 0 is cold: each library's first call in these worker processes
+                order = [("xgboost_dask", lambda: bench_dask(client, ddf, args.rounds)),
+                         ("tuneplat_XGBoostTrainer",
+                          lambda i=i: bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, f"tp_{i}")))]
+                for name, run in order if i % 2 == 0 else order[::-1]:  # interleaved: load drift favours neither
+                    runs[name].append(run())
+            cold = {f"{name}_end_to_end_s": rs[0]["end_to_end_s"] for name, rs in runs.items()}
+            for name, rs in runs.items():
+                warm = rs[1:]
+                med = sorted(warm, key=lambda r: r["train_s"])[len(warm) // 2]  # the median run (by train_s)
+                med["end_to_end_s"] = statistics.median(r["end_to_end_s"] for r in warm)
+                med["all_warm_train_s"] = [round(r["train_s"], 3) for r in warm]
+                med["all_warm_end_to_end_s"] = [round(r["end_to_end_s"], 3) for r in warm]
+                for r in rs:
+                    if r is not med:
+                        r.pop("booster", None)
+                results[name] = med
+            out["cold_first_call"] = cold
         if not args.no_ray:
             try:
                 import ray  # noqa: F401
@@ -219,13 +254,17 @@ def main() -> None:
                 results["ray_XGBoostTrainer"] = bench_ray(frame, args.rounds, os.path.join(tmp, "ray"))
     reference = results["tuneplat_XGBoostTrainer"]["booster"].predict(X)
     for r in results.values():
-        r["max_abs_prediction_diff_vs_tuneplat"] = float(np.abs(r.pop("booster").predict(X) - reference).max())
+        diff = np.abs(r.pop("booster").predict(X) - reference)
+        r["prediction_diff_vs_tuneplat"] = {"max_abs": float(diff.max()), "mean_abs": float(diff.mean())}
     out["results"] = results
     tp = results["tuneplat_XGBoostTrainer"]
     out["ratios"] = {f"tuneplat_train_s / {k}_train_s": tp["train_s"] / r["train_s"]
                      for k, r in results.items() if k != "tuneplat_XGBoostTrainer"}
     out["ratios"].update({f"tuneplat_end_to_end_s / {k}_end_to_end_s": tp["end_to_end_s"] / r["end_to_end_s"]
                           for k, r in results.items() if k != "tuneplat_XGBoostTrainer"})
+    rank_work = tp["in_rank_s"]["dmatrix"] + tp["in_rank_s"]["train"]
+    out["ratios"]["tuneplat_in_rank_dmatrix_plus_train_s / xgboost_dask_train_s"] = \
+        rank_work / results["xgboost_dask"]["train_s"]
     out["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
     print(json.dumps(out, indent=2))
 

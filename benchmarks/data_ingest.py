@@ -1,26 +1,28 @@
-"""Rows per second delivered into a 2-rank training loop from Parquet files.
+"""Rows per second from Parquet files into a training loop: tuneplat's 2 ranks against what one engineer writes.
 
-Compared, in one run, on the same files and the same loop body (a linear model's forward pass on each batch of
-``--batch`` rows, float32 tensors):
+Compared, in one run, on the same generated Parquet files (``--features`` float32 columns + a float32 label,
+``--row-group`` rows per row group) and the same loop body (the batch's feature columns stacked into a
+``(B, features)`` tensor and a linear model's forward pass; batches of ``--batch`` rows):
 
-  tuneplat_parquet    TorchTrainer(datasets={"train": dd.read_parquet(dir)}), 2 ranks, iter_torch_batches: the
-                      partitions are read on the Dask workers and streamed to the ranks every epoch
-  tuneplat_persisted  the same dataset persisted on the cluster first (ddf.persist()), as trials of a Tuner share it
-  dataloader_memory   the whole table loaded into one process's memory, torch DataLoader(shuffle=True) over a
-                      TensorDataset (one process, no ranks: the baseline the issue compares against)
-  slices_memory       the same tensors, batches cut by hand (a shuffled index per epoch, x[idx[i:i+b]]): what
-                      one process gets from memory without DataLoader's per-row indexing and collation
-  ray_data            Ray Train's TorchTrainer(datasets={"train": ray.data.read_parquet(dir)}), 2 workers,
-                      iter_torch_batches (only when Ray is importable; ray.init(num_cpus=4) so that Ray Data has
-                      CPUs besides the 2 training workers)
+  tuneplat          TorchTrainer(datasets={"train": folder}), 2 ranks, iter_torch_batches(batch_size=1024,
+                    dtypes=torch.float32): each rank reads its row groups itself (plain Parquet: no Dask graph)
+  reader            one process reading the files row group by row group with pyarrow, each column converted
+                    Arrow -> numpy -> torch once per row group, batches sliced from it (the limit of one process)
+  dataloader        torch DataLoader over that reader: an IterableDataset dealing the row groups to 2 workers,
+                    each yielding whole row groups as column tensors (batch_size=None: one hand-over per row
+                    group, not per batch), the batches sliced from them in the main process
+  ray               Ray Train's TorchTrainer(datasets={"train": ray.data.read_parquet(folder)}), 2 workers,
+                    the same iter_torch_batches call (only when Ray imports; ray.init(num_cpus=4))
 
-Each framework runs ``--epochs`` epochs; the figure per epoch is all ranks' rows / the slowest rank's epoch time,
-and the JSON gives each epoch plus the best of the epochs after the first (warm). The machine's load is recorded.
+Figures per epoch: rows / the slowest rank's (worker's) epoch time, and the Parquet bytes read / that time (MB/s).
+The JSON gives every epoch, the best warm epoch (after the first), each rank's (worker's, process's) peak RSS
+during the epochs, and the ratios against ``reader`` and the best of ``reader``/``dataloader``. The machine's load
+average at the start and the end is recorded: on a shared machine, read the ratios within one run.
 
 Usage:
-  python benchmarks/data_ingest.py                 # prints one JSON object
-  python benchmarks/data_ingest.py --quick         # smaller data (a smoke run)
-  python benchmarks/data_ingest.py --no-ray
+  python benchmarks/data_ingest.py                  # 1,000,000 rows x 33 float32 columns, 3 epochs; one JSON
+  python benchmarks/data_ingest.py --rows 2000000   # the issue's size
+  python benchmarks/data_ingest.py --only tuneplat --only reader --no-ray
 """
 
 from __future__ import annotations
@@ -30,33 +32,157 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-FEATURES = 16
 
-
-def make_files(folder: str, rows: int, files: int) -> int:
+# ---------------------------------------------------------------------- the data
+def make_files(folder: str, rows: int, files: int, features: int, row_group: int) -> int:
     import numpy as np
-    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     rng = np.random.default_rng(0)
     per = rows // files
     for i in range(files):
-        x = rng.random((per, FEATURES), dtype=np.float32)
-        frame = pd.DataFrame(x, columns=[f"f{j}" for j in range(FEATURES)])
-        frame["y"] = x.sum(axis=1)
-        frame.to_parquet(os.path.join(folder, f"part-{i:03d}.parquet"))
+        x = rng.random((per, features), dtype=np.float32)
+        cols = {f"f{j}": x[:, j] for j in range(features)}
+        cols["y"] = x.sum(axis=1)
+        pq.write_table(pa.table(cols), os.path.join(folder, f"part-{i:03d}.parquet"), row_group_size=row_group)
     return per * files
 
 
+class PeakRSS:
+    """This process's largest RSS while the block runs (sampled every 5 ms)."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.peak = self._proc.memory_info().rss
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def step(batch: dict, model: object, features: int) -> int:
+    """The loop body every contender runs on a batch (dict of column tensors)."""
+    import torch
+
+    x = torch.stack([batch[f"f{j}"] for j in range(features)], dim=1)
+    model(x).squeeze(1).sub_(batch["y"]).pow_(2).mean()  # type: ignore[operator]
+    return len(x)
+
+
+# ---------------------------------------------------------------------- (2) one process, (3) DataLoader
+def row_group_batches(files: list[str], groups: list[tuple[int, int]], batch: int | None):
+    """The hand-written reader: each (file, row group) read with pyarrow, columns -> tensors once, batches sliced
+    (``batch`` None: whole row groups)."""
+    import warnings
+
+    import pyarrow.parquet as pq
+    import torch
+
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    open_files: dict[int, object] = {}
+    for fi, rg in groups:
+        pf = open_files.get(fi)
+        if pf is None:
+            open_files.clear()
+            pf = open_files[fi] = pq.ParquetFile(files[fi])
+        table = pf.read_row_group(rg, use_threads=False)  # type: ignore[attr-defined]
+        cols = {name: torch.from_numpy(table.column(name).to_numpy()) for name in table.column_names}
+        n = table.num_rows
+        step = batch or n
+        for i in range(0, n, step):
+            yield {k: v[i:i + step] for k, v in cols.items()}
+
+
+def _groups(files: list[str]) -> list[tuple[int, int]]:
+    import pyarrow.parquet as pq
+
+    return [(fi, rg) for fi, f in enumerate(files) for rg in range(pq.ParquetFile(f).metadata.num_row_groups)]
+
+
+def child_reader(folder: str, epochs: int, batch: int, features: int, workers: int, out: str) -> None:
+    """Runs in a fresh process (so that its peak RSS is its own): ``workers`` 0 = the reader, else a DataLoader."""
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+    files = sorted(os.path.join(folder, f) for f in os.listdir(folder))
+    groups = _groups(files)
+    rss_dir = os.path.dirname(out)
+
+    class RowGroups(IterableDataset):
+        def __iter__(self):
+            info = get_worker_info()
+            mine = groups if info is None else groups[info.id::info.num_workers]
+            with PeakRSS() as mem:
+                yield from row_group_batches(files, mine, None)
+            if info is not None:
+                with open(os.path.join(rss_dir, f"dl_worker{info.id}_{os.getpid()}.json"), "w") as f:
+                    json.dump({"worker": info.id, "peak": mem.peak}, f)
+
+    model = torch.nn.Linear(features, 1)
+    per_epoch = []
+    with PeakRSS() as mem:
+        for _ in range(epochs):
+            if workers:
+                groups_in = DataLoader(RowGroups(), batch_size=None, num_workers=workers)
+                it = ({k: v[i:i + batch] for k, v in g.items()} for g in groups_in
+                      for i in range(0, len(g["y"]), batch))
+            else:
+                it = row_group_batches(files, groups, batch)
+            rows = 0
+            t = time.perf_counter()
+            with torch.no_grad():
+                for b in it:
+                    rows += step(b, model, features)
+            per_epoch.append((rows, time.perf_counter() - t))
+    peaks = [mem.peak]  # this process, then each DataLoader worker (the largest over the epochs' processes)
+    by_worker: dict[int, int] = {}
+    for name in sorted(os.listdir(rss_dir)):
+        if name.startswith("dl_worker"):
+            with open(os.path.join(rss_dir, name)) as f:
+                got = json.load(f)
+            by_worker[got["worker"]] = max(by_worker.get(got["worker"], 0), got["peak"])
+    peaks += [by_worker[w] for w in sorted(by_worker)]
+    with open(out, "w") as f:
+        json.dump({"per_epoch": per_epoch, "peak_rss": peaks}, f)
+
+
+def run_child(folder: str, epochs: int, batch: int, features: int, workers: int, tmp: str) -> dict:
+    out = os.path.join(tmp, f"child{workers}", "out.json")
+    os.makedirs(os.path.dirname(out))
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--child", folder, str(epochs), str(batch),
+                    str(features), str(workers), out], check=True)
+    with open(out) as f:
+        got = json.load(f)
+    return {"per_epoch": [(r, s) for r, s in got["per_epoch"]], "peak_rss": got["peak_rss"]}
+
+
+# ---------------------------------------------------------------------- (1) tuneplat, (4) Ray
 def loop(config: dict) -> None:
     """The training loop both trainers run (``config["train"]`` names ray.train or tuneplat.train)."""
     import importlib
     import json as _json
+    import os as _os
     import time as _time
 
     import torch
@@ -64,173 +190,147 @@ def loop(config: dict) -> None:
 
     train = importlib.import_module(config["train"])
     shard = train.get_dataset_shard("train")
-    model = torch.nn.Linear(FEATURES, 1)
-    cols = [f"f{j}" for j in range(FEATURES)]
+    model = torch.nn.Linear(config["features"], 1)
     per_epoch = []
-    for epoch in range(config["epochs"]):
-        rows = 0
-        t = _time.perf_counter()
-        with torch.no_grad():
-            for batch in shard.iter_torch_batches(batch_size=config["batch"], dtypes=torch.float32):
-                x = torch.stack([batch[c] for c in cols], dim=1)
-                model(x).squeeze(1).sub_(batch["y"]).pow_(2).mean()
-                rows += len(x)
-        took = torch.tensor([_time.perf_counter() - t], dtype=torch.float64)
-        n = torch.tensor([rows], dtype=torch.float64)
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(took, op=dist.ReduceOp.MAX)
-            dist.all_reduce(n, op=dist.ReduceOp.SUM)
-        per_epoch.append(round(float(n) / float(took), 1))
-        if train.get_context().get_world_rank() == 0:  # (Ray Train 2.60 keeps no metrics reported without checkpoint)
-            with open(config["out"], "w", encoding="utf-8") as f:
-                _json.dump({"per_epoch": per_epoch, "rows": int(n)}, f)
-        train.report({"epoch": epoch, "rows": int(n)})
+    batches = shard.iter_torch_batches(batch_size=config["batch"], dtypes=torch.float32)
+    with PeakRSS() as mem:
+        for _ in range(config["epochs"]):
+            if dist.is_available() and dist.is_initialized():
+                dist.barrier()  # the ranks start each epoch together
+            rows = 0
+            t = _time.perf_counter()
+            with torch.no_grad():
+                for batch in batches:
+                    rows += step(batch, model, config["features"])
+            per_epoch.append((rows, _time.perf_counter() - t))
+    rank = train.get_context().get_world_rank()
+    with open(_os.path.join(config["out"], f"rank{rank}.json"), "w", encoding="utf-8") as f:
+        _json.dump({"per_epoch": per_epoch, "peak_rss": mem.peak}, f)
+    train.report({"rows": sum(r for r, _ in per_epoch)})
 
 
-def _summary(per_epoch: list[float], rows: int) -> dict:
-    warm = per_epoch[1:] or per_epoch
-    return {"rows_per_s_by_epoch": per_epoch, "rows_per_s_warm_best": max(warm), "rows_per_epoch": rows}
+def _ranks(folder: str) -> dict:
+    ranks = []
+    for r in range(2):
+        with open(os.path.join(folder, f"rank{r}.json"), encoding="utf-8") as f:
+            ranks.append(json.load(f))
+    epochs = len(ranks[0]["per_epoch"])
+    per_epoch = [(sum(rk["per_epoch"][e][0] for rk in ranks), max(rk["per_epoch"][e][1] for rk in ranks))
+                 for e in range(epochs)]
+    return {"per_epoch": per_epoch, "peak_rss": [rk["peak_rss"] for rk in ranks]}
 
 
-def run_tuneplat(folder: str, epochs: int, batch: int, persist: bool, storage: str, client: object) -> dict:
-    import dask.dataframe as dd
-
+def run_tuneplat(folder: str, epochs: int, batch: int, features: int, tmp: str) -> dict:
     import tuneplat as tune
+    from tuneplat.execution._cluster import Cluster
     from tuneplat.train.torch import TorchTrainer
 
-    ddf = dd.read_parquet(folder)
-    if persist:
-        ddf = client.persist(ddf)  # type: ignore[attr-defined]
-    figures = os.path.join(storage, f"tuneplat_{int(persist)}.json")
-    trainer = TorchTrainer(loop, train_loop_config={"train": "tuneplat.train", "epochs": epochs, "batch": batch,
-                                                    "out": figures},
-                           datasets={"train": ddf}, scaling_config=tune.ScalingConfig(num_workers=2),
-                           run_config=tune.RunConfig(name=f"ingest_{int(persist)}", storage_path=storage, verbose=0,
-                                                     mlflow=False), client=client)
-    t = time.perf_counter()
-    trainer.fit()
-    wall = time.perf_counter() - t
-    out = _read(figures)
-    out["fit_wall_s"] = round(wall, 2)
-    return out
-
-
-def _read(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        got = json.load(f)
-    return _summary(got["per_epoch"], got["rows"])
-
-
-def run_dataloader(folder: str, epochs: int, batch: int) -> dict:
-    import pandas as pd
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    t = time.perf_counter()
-    frame = pd.read_parquet(folder)
-    x = torch.from_numpy(frame[[f"f{j}" for j in range(FEATURES)]].to_numpy().copy())
-    y = torch.from_numpy(frame["y"].to_numpy())
-    load_s = time.perf_counter() - t
-    model = torch.nn.Linear(FEATURES, 1)
-    loader = DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=True)
-    per_epoch = []
-    for _ in range(epochs):
-        rows = 0
+    out = os.path.join(tmp, "tuneplat")
+    os.makedirs(out)
+    cluster = Cluster()  # the embedded cluster tuneplat starts by default (2 worker processes here)
+    try:
+        trainer = TorchTrainer(loop, train_loop_config={"train": "tuneplat.train", "epochs": epochs, "batch": batch,
+                                                        "features": features, "out": out},
+                               datasets={"train": folder}, scaling_config=tune.ScalingConfig(num_workers=2),
+                               run_config=tune.RunConfig(name="ingest", storage_path=tmp, verbose=0, mlflow=False),
+                               client=cluster.client)
         t = time.perf_counter()
-        with torch.no_grad():
-            for xb, yb in loader:
-                model(xb).squeeze(1).sub_(yb).pow_(2).mean()
-                rows += len(xb)
-        per_epoch.append(round(rows / (time.perf_counter() - t), 1))
-    out = _summary(per_epoch, rows)
-    out["load_into_memory_s"] = round(load_s, 2)
-    per_epoch = []
-    g = torch.Generator().manual_seed(0)
-    for _ in range(epochs):
-        rows = 0
-        t = time.perf_counter()
-        idx = torch.randperm(len(x), generator=g)
-        with torch.no_grad():
-            for i in range(0, len(x), batch):
-                take = idx[i:i + batch]
-                xb, yb = x[take], y[take]
-                model(xb).squeeze(1).sub_(yb).pow_(2).mean()
-                rows += len(xb)
-        per_epoch.append(round(rows / (time.perf_counter() - t), 1))
-    out["slices"] = _summary(per_epoch, rows)
-    return out
+        trainer.fit()
+        wall = time.perf_counter() - t
+    finally:
+        cluster.close()
+    got = _ranks(out)
+    got["fit_wall_s"] = round(wall, 2)
+    return got
 
 
-def run_ray(folder: str, epochs: int, batch: int, storage: str) -> dict:
+def run_ray(folder: str, epochs: int, batch: int, features: int, tmp: str) -> dict:
     import ray
     import ray.data
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer as RayTorchTrainer
 
+    out = os.path.join(tmp, "ray")
+    os.makedirs(out)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
-        ds = ray.data.read_parquet(folder)
-        figures = os.path.join(storage, "ray.json")
         trainer = RayTorchTrainer(loop, train_loop_config={"train": "ray.train", "epochs": epochs, "batch": batch,
-                                                           "out": figures},
-                                  datasets={"train": ds}, scaling_config=ScalingConfig(num_workers=2),
-                                  run_config=RunConfig(name="ray_ingest", storage_path=storage))
+                                                           "features": features, "out": out},
+                                  datasets={"train": ray.data.read_parquet(folder)},
+                                  scaling_config=ScalingConfig(num_workers=2),
+                                  run_config=RunConfig(name="ray_ingest", storage_path=tmp))
         t = time.perf_counter()
         trainer.fit()
         wall = time.perf_counter() - t
-        out = _read(figures)
-        out["fit_wall_s"] = round(wall, 2)
-        out["ray_version"] = ray.__version__
-        return out
     finally:
         ray.shutdown()
+    got = _ranks(out)
+    got["fit_wall_s"] = round(wall, 2)
+    got["ray_version"] = ray.__version__
+    return got
+
+
+# ---------------------------------------------------------------------- the run
+def summary(got: dict, parquet_bytes: int) -> dict:
+    per_epoch = got.pop("per_epoch")
+    rates = [round(r / s) for r, s in per_epoch]
+    mbs = [round(parquet_bytes / s / 1e6, 1) for _r, s in per_epoch]
+    warm = rates[1:] or rates
+    best = rates.index(max(warm), 1 if len(rates) > 1 else 0)
+    rss = got.pop("peak_rss")
+    return {"rows_per_s_warm_best": rates[best], "parquet_MB_per_s_warm_best": mbs[best], "rows_per_s_by_epoch": rates,
+            "rows_per_epoch": per_epoch[0][0], "peak_rss_MB": [round(p / 1e6) for p in rss], **got}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--no-ray", action="store_true")
-    parser.add_argument("--only", choices=["dataloader", "tuneplat", "ray"], action="append",
-                        help="run only these (repeatable)")
-    parser.add_argument("--rows", type=int, default=None)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--features", type=int, default=32)
+    parser.add_argument("--row-group", type=int, default=65_536)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--only", choices=["tuneplat", "reader", "dataloader", "ray"], action="append",
+                        help="run only these (repeatable)")
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rows = args.rows or (200_000 if args.quick else 600_000)
-    files = 8 if args.quick else 24
+    if args.child:
+        folder, epochs, batch, features, workers, out = args.child
+        child_reader(folder, int(epochs), int(batch), int(features), int(workers), out)
+        return
     tmp = tempfile.mkdtemp(prefix="tuneplat-ingest-")
     out: dict = {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()[0],
-                 "batch": args.batch, "epochs": args.epochs, "features": FEATURES + 1, "files": files}
+                 "batch": args.batch, "epochs": args.epochs, "columns": args.features + 1}
     try:
         folder = os.path.join(tmp, "data")
         os.makedirs(folder)
-        out["rows"] = make_files(folder, rows, files)
-        out["parquet_bytes"] = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
-        only = set(args.only or ["dataloader", "tuneplat", "ray"])
+        out["rows"] = make_files(folder, args.rows, args.files, args.features, args.row_group)
+        size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+        out.update(files=args.files, row_group_rows=args.row_group, parquet_bytes=size)
+        only = set(args.only or ["tuneplat", "reader", "dataloader", "ray"])
+        if "reader" in only:
+            out["reader"] = summary(run_child(folder, args.epochs, args.batch, args.features, 0, tmp), size)
         if "dataloader" in only:
-            out["dataloader_memory"] = run_dataloader(folder, args.epochs, args.batch)
-            out["slices_memory"] = out["dataloader_memory"].pop("slices")
+            out["dataloader"] = summary(run_child(folder, args.epochs, args.batch, args.features, 2, tmp), size)
         if "tuneplat" in only:
-            from tuneplat.execution._cluster import Cluster
-
-            cluster = Cluster()  # the embedded cluster tuneplat starts by default (2 worker processes here)
+            out["tuneplat"] = summary(run_tuneplat(folder, args.epochs, args.batch, args.features, tmp), size)
+        if "ray" in only and not args.no_ray:
             try:
-                out["tuneplat_parquet"] = run_tuneplat(folder, args.epochs, args.batch, False, tmp, cluster.client)
-                out["tuneplat_persisted"] = run_tuneplat(folder, args.epochs, args.batch, True, tmp, cluster.client)
-            finally:
-                cluster.close()
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            out["ray_data"] = "Ray is not installed (pip install 'ray[data]')"
-        else:
-            if not args.no_ray and "ray" in only:
-                out["ray_data"] = run_ray(folder, args.epochs, args.batch, tmp)
-        for ref in ("dataloader_memory", "slices_memory"):
-            base = out.get(ref, {}).get("rows_per_s_warm_best")
-            for key in ("tuneplat_parquet", "tuneplat_persisted", "ray_data"):
-                if base and isinstance(out.get(key), dict):
-                    out[f"ratio_{key}_vs_{ref}"] = round(out[key]["rows_per_s_warm_best"] / base, 2)
+                import ray  # noqa: F401
+            except ImportError:
+                out["ray"] = "Ray is not installed (pip install 'ray[data,train]')"
+            else:
+                out["ray"] = summary(run_ray(folder, args.epochs, args.batch, args.features, tmp), size)
+        rate = {k: out[k]["rows_per_s_warm_best"] for k in ("reader", "dataloader") if isinstance(out.get(k), dict)}
+        for key in ("tuneplat", "ray"):
+            if not isinstance(out.get(key), dict):
+                continue
+            if "reader" in rate:
+                out[f"ratio_{key}_vs_reader"] = round(out[key]["rows_per_s_warm_best"] / rate["reader"], 2)
+            if rate:
+                out[f"ratio_{key}_vs_best_single_node"] = round(out[key]["rows_per_s_warm_best"] / max(rate.values()),
+                                                                2)
         out["load_avg_end"] = os.getloadavg()[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

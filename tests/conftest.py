@@ -28,6 +28,9 @@ _SYSTEM_TMP = tempfile.gettempdir()
 SESSION_TMP = tempfile.mkdtemp(prefix="tuneplat-tests-", dir=_SYSTEM_TMP)
 os.environ["TMPDIR"] = SESSION_TMP
 tempfile.tempdir = SESSION_TMP
+# the key that signs experiment pickles (tuneplat/_signing.py): the session's own, never the user's ~/.config
+KEY_DIR = os.path.join(SESSION_TMP, "tuneplat-keys")
+os.environ["TUNEPLAT_KEY_DIR"] = KEY_DIR
 #: left on purpose by libraries, not by tests: pytest's tmp_path root, Dask's scratch root, compiler caches
 _KEPT_IN_TMP = ("pytest-of-", "dask-scratch-space", "torchinductor_", "matplotlib-")
 #: build and tool outputs in the checkout that are not litter
@@ -59,6 +62,7 @@ def pytest_sessionfinish(session, exitstatus):
         return
     from procs import stop_leftovers
 
+    shutil.rmtree(KEY_DIR, ignore_errors=True)  # (the session's signing key: not a test's litter)
     stopped = stop_leftovers()  # a test that failed before its clean-up: its processes end here, said by name
     if stopped:
         print("\ntuneplat tests: stopped processes a test left running:\n  " + "\n  ".join(stopped), file=sys.stderr)

@@ -16,6 +16,9 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_RUNNER_IDLE_S`` | 60 | how long a chained-trial runner waits for its next trial |
 | ``TUNEPLAT_TUNER_HOST`` | (chosen) | the address ranks use to reach the tuner |
 | ``TUNEPLAT_AUTH_TIMEOUT_S`` | 10 | a peer of the tuner's port must finish TLS and authentication within this |
+| ``TUNEPLAT_MAX_REPORT_BYTES`` | 1073741824 (1 GiB) | the largest message (a report, pickled) a rank may send the tuner; a larger report fails its trial naming its size and this limit |
+| ``TUNEPLAT_JOURNAL_FULL_S`` | 60 | how long the journal waits for disk space (``ENOSPC``, retried with backoff) before the experiment ends, resumable |
+| ``TUNEPLAT_KEY_DIR`` | ``~/.config/tuneplat`` | where the per-user key (0600) that signs ``tuner.pkl``, ``trainer.pkl`` and the journal's pickles is kept |
 | ``TUNEPLAT_CACHE_DIR`` | ``~/.cache/tuneplat`` | the local cache of experiments on remote storage |
 | ``TUNEPLAT_TUNER_PORT`` | (any free port) | the tuner's result port, or a range ``a-b`` (a firewall that opens only these) |
 | ``TUNEPLAT_CONNECT_TIMEOUT_S`` | 10 | a rank reaches the tuner's result port within this, or fails naming the address |

@@ -235,7 +235,7 @@ def test_a_damaged_tuner_pkl_is_named_and_restore_can_go_on_without_it(storage, 
     with open(os.path.join(grid.experiment_path, "tuner.pkl"), "wb") as f:
         f.write(content)
     assert not tune.Tuner.can_restore(grid.experiment_path)
-    with pytest.raises(RuntimeError, match=r"tuner.pkl is damaged: .*pass param_space=, tune_config= and run_config="):
+    with pytest.raises(RuntimeError, match=r"tuner.pkl is (damaged|refused): .*pass param_space=, tune_config= and run_config="):
         tune.Tuner.restore(grid.experiment_path, curve)
     restored = tune.Tuner.restore(grid.experiment_path, curve, param_space={"floor": 0.0},
                                   tune_config=tune.TuneConfig(metric="loss", mode="min"),

@@ -10,7 +10,8 @@ import torch
 
 import tuneplat as tune
 from tuneplat import read_journal
-from tuneplat.core._oom import failure_kind, shrink_config
+from tuneplat.core._oom import shrink_config
+from tuneplat.execution._failure import Failure, exception_types
 from tuneplat.search.optuna import OOM_ATTR, OptunaSearch, oom_constraints
 from tuneplat.testing import VirtualTimeExecutor
 
@@ -84,10 +85,39 @@ def test_oom_is_a_constraint_violation_for_optuna(storage):
     assert oom_constraints(oom[0]) == [1.0]  # (for a sampler's constraints_func on Optuna < 5)
 
 
-def test_failure_kind_and_shrinking_rules():
-    assert failure_kind("rank 0: OutOfMemoryError: CUDA out of memory.") == "oom"
-    assert failure_kind("boom", "Traceback ...\nMemoryError\n") == "oom"
-    assert failure_kind("rank 0: ValueError: nope") is None
+def test_oom_is_read_from_the_exception_types_never_from_words():
+    assert Failure.of_exception(torch.cuda.OutOfMemoryError("CUDA out of memory."), "m").kind == "oom"
+    assert Failure.of_exception(MemoryError(), "m").kind == "oom"
+
+    class MyOOM(torch.OutOfMemoryError):  # a subclass is an OOM too (its MRO is read)
+        pass
+
+    assert Failure.of_exception(MyOOM("x"), "m").kind == "oom"
+    # words that look like an OOM are not one: a KeyError naming a counter, a message quoting CUDA's
+    key_error = KeyError("OutOfMemoryErrorCount")
+    assert exception_types(key_error)[:2] == ("builtins.KeyError", "builtins.LookupError")
+    assert Failure.of_exception(key_error, "rank 0: KeyError: 'OutOfMemoryErrorCount'").kind == "error"
+    assert Failure.of_exception(ValueError("CUDA out of memory"), "rank 0: ValueError: CUDA out of memory").kind == "error"
+
+
+def test_a_key_error_naming_an_oom_counter_fails_the_trial_and_is_not_retried_smaller(storage):
+    def counts(config):
+        yield {"loss": 1.0}
+        raise KeyError("OutOfMemoryErrorCount")
+
+    failure = tune.FailureConfig(oom_halve="micro_batch", max_oom_retries=3, max_failures=0)
+    grid = tune.Tuner(counts, param_space={"micro_batch": 64},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name="keyerror", storage_path=storage, verbose=0, mlflow=False,
+                                                failure_config=failure),
+                      executor=VirtualTimeExecutor(num_slots=1)).fit()
+    (result,) = list(grid)
+    assert "KeyError: 'OutOfMemoryErrorCount'" in str(result.error)
+    assert "out of memory" not in str(result.error) and result.config["micro_batch"] == 64
+    events = _events(grid)
+    assert not [e for e in events if e["event"] == "oom_retry"]  # (before: halved to 32 and retried, uncounted)
+    (fail,) = [e for e in events if e["event"] == "trial_failure"]
+    assert fail["kind"] == "error" and fail["types"][0] == "builtins.KeyError" and fail["retry"] is False
     assert shrink_config({"t": {"mb": 9}}, "t.mb") == ({"t": {"mb": 4}}, {"t.mb": [9, 4]})
     assert shrink_config({"lr": 0.5}, "lr") == ({"lr": 0.25}, {"lr": [0.5, 0.25]})
     assert shrink_config({"mb": 1}, "mb") is None and shrink_config({}, "mb") is None

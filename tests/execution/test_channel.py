@@ -325,3 +325,148 @@ def test_port_ranges():
         taken = s.getsockname()[1]
         with pytest.raises(OSError, match=f"port {taken}.*tuner_port"):
             Listener(selectors.DefaultSelector(), "127.0.0.1", (taken, taken), None, lambda tid: None)
+
+
+# ---------------------------------------------------------------- other local users, lost handshakes (issue 33)
+def _full_handshake_as_stranger(stop_fd: int, name: str, tid_hex: str) -> dict:
+    """As uid 65534: connect to the local socket and send a complete token frame with a live trial's id."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect("\0" + name)
+    try:
+        s.sendall(struct.pack("!I", 36) + b"TPL1" + bytes.fromhex(tid_hex) + bytes(16))
+    except OSError:
+        pass
+    got = b""
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        pass
+    s.close()
+    return {"got": got.hex()}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local socket is Linux's abstract namespace")
+def test_another_user_on_the_local_socket_is_closed_before_a_byte_is_read(tuner):
+    """Another uid connecting to the tuner's local socket (its name is public in /proc/net/unix) gets nothing:
+    not even the tuner's half of the handshake for a live trial's id; the tuner reads nothing from it."""
+    import other_user
+
+    reason = other_user.why_not()
+    if reason:
+        pytest.skip(reason)
+    token = tuner.issue()
+    name = tuner.listener.local_name
+    assert name in other_user.tuneplat_local_sockets()  # what a local attacker sees
+    child = other_user.start_as_nobody(_full_handshake_as_stranger, name, token[:16].hex())
+    out = child.finish(timeout=60)
+    assert out == {"got": ""}, out  # closed without a reply (before: the tuner's nonce and proof came back)
+    assert tuner.listener.refused_uid >= 1
+    assert tuner.authenticated == 0 and not tuner.listener.pending
+    sock = connect(("127.0.0.1", 1), token, local=name)  # the tuner's own user still gets in
+    send_msg(sock, "ping")
+    assert recv_msg(sock) == ("echo", "ping")
+    sock.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local socket is Linux's abstract namespace")
+def test_a_flood_from_one_source_never_sheds_another_sources_handshake(tuner):
+    """Unauthenticated peers have a budget per source: a TCP flood sheds its own, never a local rank's
+    handshake under way (before: the oldest pending connection of any source was shed)."""
+    token = tuner.issue()
+    near = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    near.settimeout(30)
+    near.connect("\0" + tuner.listener.local_name)
+    nonce_r = os.urandom(16)
+    near.sendall(struct.pack("!I", 36) + b"TPL1" + token[:16] + nonce_r)  # step 1 of 3, then a flood
+    n = _channel.MAX_PENDING * 3
+    flood = subprocess.Popen(
+        [sys.executable, "-c",
+         "import socket, struct, sys\n"
+         f"socks = [socket.create_connection(('127.0.0.1', {tuner.address[1]})) for _ in range({n})]\n"
+         "[s.sendall(struct.pack('!I', 36) + b'TPL1') for s in socks]\n"
+         "print('up', flush=True)\n"
+         "sys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert flood.stdout.readline().strip() == "up"
+        head = near.recv(4)
+        assert len(head) == 4
+        reply = b""
+        while len(reply) < struct.unpack("!I", head)[0]:
+            reply += near.recv(64)
+        nonce_t = reply[:16]
+        near.sendall(struct.pack("!I", 32) + _channel._mac(token[16:], b"rank", nonce_t, nonce_r))
+        send_msg(near, "still here")
+        assert recv_msg(near) == ("echo", "still here")
+        assert tuner.listener.shed >= n - _channel.MAX_PENDING  # the flood shed its own
+    finally:
+        near.close()
+        flood.stdin.close()
+        flood.wait(30)
+
+
+class _Flaky:
+    """A tuner stand-in that closes the first ``drop`` connections before answering, then plays the tuner."""
+
+    def __init__(self, token: bytes, drop: int, refuse: bool = False) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.token, self.drop, self.refuse = token, drop, refuse
+        self.accepted = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                conn.settimeout(10)
+                first = conn.recv(40)
+                if self.refuse:
+                    conn.sendall(struct.pack("!I", 4) + _channel.REFUSED)
+                    continue
+                if self.accepted <= self.drop:
+                    continue  # lost before authenticating
+                nonce_r, nonce_t = first[-16:], os.urandom(16)
+                proof = _channel._mac(self.token[16:], b"tuner", nonce_r, nonce_t)
+                conn.sendall(struct.pack("!I", 48) + nonce_t + proof)
+                conn.recv(64)
+                send_msg(conn, "welcome")
+                return
+
+    def close(self) -> None:
+        self.server.close()
+        self.thread.join(10)
+
+
+def test_a_rank_whose_handshake_is_lost_tries_again_and_a_refusal_is_final():
+    token = new_token()
+    flaky = _Flaky(token, drop=3)
+    try:
+        sock = _channel.connect_retrying(flaky.server.getsockname(), token, within_s=60)
+        assert recv_msg(sock) == "welcome"  # (before: the first lost connection ended the rank, "not started")
+        sock.close()
+        assert flaky.accepted == 4
+    finally:
+        flaky.close()
+    refusing = _Flaky(token, drop=0, refuse=True)
+    try:
+        with pytest.raises(_channel.TokenRefused, match="trial has ended"):
+            _channel.connect_retrying(refusing.server.getsockname(), token, within_s=60)
+        assert refusing.accepted == 1  # the tuner's answer is final: no second try
+    finally:
+        refusing.close()
+    never = _Flaky(token, drop=10**6)
+    try:
+        with pytest.raises(_channel.HandshakeFailed, match="could not authenticate with the tuner from rank 3"):
+            _channel.connect_retrying(never.server.getsockname(), token, within_s=0.5, where=" from rank 3")
+    finally:
+        never.close()

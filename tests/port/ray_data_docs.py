@@ -39,6 +39,8 @@ def make_files(folder: str) -> dict[str, str]:
 def quickstart(scaling_config: ScalingConfig, **trainer_kw):
     import dask.bag as db  # (added)
 
+    from tuneplat.train.data import map_batches  # (added)
+
     # Set this to True to use GPU.
     # If False, do CPU training instead of GPU training.
     use_gpu = False  # noqa: F841 - (Ray passes it to ScalingConfig; the test passes its own scaling_config)
@@ -51,10 +53,10 @@ def quickstart(scaling_config: ScalingConfig, **trainer_kw):
 
     # Step 2: Preprocess your Ray Dataset.
     def increment(batch):
-        batch["y"] = [batch["y"][0] + 1]  # Ray: batch["y"] = batch["y"] + 1   (a Dask bag maps records)
+        batch["y"] = batch["y"] + 1
         return batch
 
-    train_dataset = train_dataset.map(increment)  # Ray: train_dataset.map_batches(increment, batch_size="auto")
+    train_dataset = map_batches(train_dataset, increment)  # Ray: train_dataset = train_dataset.map_batches(increment)
 
     def train_func():
         batch_size = 16

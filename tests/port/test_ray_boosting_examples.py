@@ -139,3 +139,29 @@ def test_ray_trainer_docstring_examples(tmp_path, framework):
                           cwd=str(tmp_path))
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     assert "ROUNDS 1" in proc.stdout  # the example's num_boost_round=1, trained by its 2 ranks
+
+
+@pytest.mark.parametrize("ray_module, ours", [
+    ("ray.train.xgboost", "tuneplat.train.xgboost"),
+    ("ray.train.lightgbm", "tuneplat.train.lightgbm"),
+    ("ray.tune.integration.xgboost", "tuneplat.tune.integration.xgboost"),
+    ("ray.tune.integration.lightgbm", "tuneplat.tune.integration.lightgbm"),
+])
+def test_every_public_name_of_rays_module_is_here(ray_module, ours):
+    import importlib
+
+    pytest.importorskip(ray_module.rsplit(".", 1)[1], reason="the extra is not installed")
+    _ray_examples()  # (skips without ray)
+    theirs = importlib.import_module(ray_module)
+    names = getattr(theirs, "__all__", None) or [n for n in ("TuneReportCheckpointCallback", "TuneReportCallback")
+                                                  if hasattr(theirs, n)]
+    mine = importlib.import_module(ours)
+    assert names and [n for n in names if not hasattr(mine, n)] == []
+    for n in names:  # the same constructor arguments
+        a, b = getattr(theirs, n), getattr(mine, n)
+        if isinstance(a, type) and n != "TuneReportCallback":
+            import inspect
+
+            want = [p for p in inspect.signature(a.__init__).parameters if p not in ("self", "validation_config", "args", "kwargs")]
+            have = list(inspect.signature(b.__init__).parameters)
+            assert [p for p in want if p not in have] == [], n

@@ -169,6 +169,15 @@ def test_torch_linear_ddp_example(tmp_path):
     assert int(iteration) == 3 and float(loss) < 5.0
 
 
+@pytest.mark.slow  # long end-to-end (its subject runs in the default lane: tests/train/test_data_files.py)
+def test_torch_regression_example_tensor_column_split_and_whole_datasets(tmp_path):
+    """Ray's torch_regression_example.py, data lines only changed: a CSV -> map_partitions building a column of
+    100-float lists (Ray's tensor column, (B, 100) tensors in the ranks), split train, whole validation, 3 epochs."""
+    proc = run_subprocess("torch_regression_example", tmp_path, "--smoke-test")
+    loss, iteration = line(proc, "RESULT").split()
+    assert int(iteration) == 3 and 0 <= float(loss) < 10  # (rank 0's validation L1 loss after 3 epochs)
+
+
 @pytest.mark.slow  # long end-to-end (its subject runs in the default lane: train/, tracking/)
 def test_mlflow_example_callback_and_setup(tmp_path):
     proc = run_subprocess("mlflow_example", tmp_path)

@@ -23,15 +23,20 @@ def make_frame(n: int = 2000, seed: int = 0) -> pd.DataFrame:
 
 
 class _FailAt:
-    """An xgboost callback that raises in rank 1 at a round, on the trial's first attempt only."""
+    """An xgboost callback that fails rank 1 at a round, on the trial's first attempt only: it raises, or its
+    process dies at once (``how="kill"``: no Python clean-up, its sockets closed by the kernel)."""
 
-    def __new__(cls, round_: int):  # (a TrainingCallback subclass made here: xgboost is imported in the rank)
+    def __new__(cls, round_: int, how: str = "raise"):  # (a TrainingCallback made here: xgboost is imported in the rank)
+        import os
+
         import xgboost
 
         class FailAt(xgboost.callback.TrainingCallback):
             def after_iteration(self, model, epoch, evals_log):
                 ctx = train.get_context()
                 if ctx.get_attempt() == 0 and ctx.get_world_rank() == 1 and epoch == round_:
+                    if how == "kill":
+                        os._exit(1)
                     raise RuntimeError(f"rank 1 fails at round {epoch}")
                 return False
 
@@ -54,7 +59,7 @@ def xgb_loop(config: dict) -> None:
         rounds -= start.num_boosted_rounds()
     callbacks = [RayTrainReportCallback(metrics={"rmse": "train-rmse"}, frequency=config.get("frequency", 1))]
     if config.get("fail_at") is not None:
-        callbacks.insert(0, _FailAt(config["fail_at"]))
+        callbacks.insert(0, _FailAt(config["fail_at"], config.get("fail_how", "raise")))
     xgboost.train({**PARAMS, **config.get("params", {})}, dtrain, num_boost_round=rounds, evals=[(dtrain, "train")],
                   verbose_eval=False, xgb_model=start, callbacks=callbacks)
     train.report({"rows": len(frame), "rmse": -1.0, "rank_rows": len(frame)}) if config.get("rows_report") else None

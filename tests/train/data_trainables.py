@@ -155,3 +155,53 @@ def gpu_batches(config: dict) -> None:
     collated = next(iter(shard.iter_torch_batches(batch_size=8, collate_fn=lambda b: torch.as_tensor(b["a"]))))
     train.report({"devices": sorted(devices), "device": str(get_device()), "loss": loss.item(),
                   "collated": str(collated.device)})
+
+
+def tensor_columns(config: dict) -> None:
+    """Reads torch batches; writes each column's type, dtype and shape, and the rows' ids and first values."""
+    import torch
+
+    ctx = train.get_context()
+    shard = train.get_dataset_shard("train")
+    kinds: dict = {}
+    rows: list = []
+    for batch in shard.iter_torch_batches(batch_size=config.get("batch_size", 16), dtypes=config.get("dtypes")):
+        for name, v in batch.items():
+            kinds[name] = [type(v).__name__, str(v.dtype), list(v.shape[1:])]
+        ids = batch["id"].tolist()
+        for i, row_id in enumerate(ids):
+            rows.append([row_id] + [(batch[c][i].tolist() if isinstance(batch[c], torch.Tensor)
+                                     else repr(batch[c][i])) for c in config["show"]])
+    path = os.path.join(ctx.get_trial_dir(), f"cols{ctx.get_world_rank()}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"kinds": kinds, "rows": rows}, f)
+    train.report({"rows": len(rows)})
+
+
+def one_epoch(config: dict) -> None:
+    """One epoch of numpy batches; reports the rows read."""
+    rows = sum(len(b[config.get("column", "id")]) for b in train.get_dataset_shard().iter_batches(batch_size=64))
+    train.report({"rows": rows})
+
+
+def fails_after_reading(config: dict) -> None:
+    """Reads its shard, then fails (an errored trial)."""
+    rows = sum(len(b["id"]) for b in train.get_dataset_shard().iter_batches(batch_size=64))
+    raise RuntimeError(f"failing on purpose after {rows} rows")
+
+
+def measure_epoch(config: dict) -> None:
+    """One epoch of torch batches, this rank's RSS sampled before and during it (every few ms)."""
+    import torch
+
+    ctx = train.get_context()
+    shard = train.get_dataset_shard("train")
+    rows = 0
+    batches = shard.iter_torch_batches(batch_size=1024, dtypes=torch.float32)
+    with PeakRSS(every_s=0.002) as mem:
+        for batch in batches:
+            rows += len(batch["f0"])
+    path = os.path.join(ctx.get_trial_dir(), f"mem{ctx.get_world_rank()}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"before": mem.before, "peak": mem.peak, "rows": rows}, f)
+    train.report({"rows": rows})

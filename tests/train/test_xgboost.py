@@ -64,15 +64,18 @@ def test_matches_xgboost_dask_train_on_the_same_collection(dask_client, tmp_path
     np.testing.assert_allclose(_predict(_single_process(frame, 8), frame), want, rtol=0, atol=1e-6)
 
 
-def test_a_failing_rank_resumes_from_the_booster_checkpoint(dask_client, tmp_path):
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_failing_rank_resumes_from_the_booster_checkpoint(dask_client, tmp_path, how):
     frame = bt.make_frame(seed=2)
-    trainer = XGBoostTrainer(bt.xgb_loop, train_loop_config={"rounds": 10, "fail_at": 4}, datasets={"train": frame},
+    trainer = XGBoostTrainer(bt.xgb_loop, train_loop_config={"rounds": 10, "fail_at": 4, "fail_how": how},
+                             datasets={"train": frame},
                              scaling_config=tune.ScalingConfig(num_workers=2),
-                             run_config=_rc(tmp_path, "xgb_retry", failure_config=tune.FailureConfig(max_failures=1)),
+                             run_config=_rc(tmp_path, f"xgb_retry_{how}", failure_config=tune.FailureConfig(max_failures=1)),
                              client=dask_client)
     result = trainer.fit()
     history = result.metrics_dataframe
-    # rounds 0-3 reported and checkpointed on the first attempt, rank 1 failed in round 4 (before its report);
+    # rounds 0-3 reported and checkpointed on the first attempt, rank 1 failed in round 4 (before its report:
+    # raised, or its process died while rank 0 waited in xgboost's allreduce);
     # the retry loaded the 4-round booster and boosted rounds 4-9: every round reported once, none lost
     assert list(history["training_iteration"]) == list(range(1, 11))
     booster = RayTrainReportCallback.get_model(result.checkpoint)

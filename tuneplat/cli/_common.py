@@ -252,21 +252,38 @@ def _fetch_remote(target: str) -> tuple[str, Any, str | None]:
 
 def not_an_experiment(given: str, local_path: str) -> str:
     """Why ``given`` cannot be read as an experiment: it does not exist, or it holds no journal (same words as
-    ``status``, which also takes a storage folder)."""
+    ``status``, which also takes a storage folder), or its journal is damaged (the file and line)."""
     if not os.path.exists(local_path):
         return (f"{given}: no such folder; pass an experiment folder (<storage_path>/<name>), e.g. one that "
                 "tuneplat status ./tuneplat_results lists")
+    if os.path.isfile(os.path.join(local_path, "journal.jsonl")):
+        from ..core._replay import restore_problem
+
+        problem = restore_problem(local_path)
+        if problem:
+            return problem
     return f"{given}: not a tuneplat experiment folder (no journal.jsonl); expected <storage_path>/<name>"
 
 
+def journal_readable(local_path: str) -> bool:
+    """Whether the folder's journal can be read (its ``tuner.pkl`` aside: reading a folder never unpickles it)."""
+    from ..core._journal import JournalError, read_journal
+
+    try:
+        read_journal(os.path.join(local_path, "journal.jsonl"))
+    except (JournalError, OSError, UnicodeDecodeError):
+        return False
+    return True
+
+
 def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
-    from .._tuner import Tuner
     from ..core._journal import JournalError
     from ..core._replay import load_trials
     from ..results._result import ResultGrid
 
     path, fs, url = _fetch_remote(experiment_dir)
-    if not Tuner.can_restore(path):
+    running = _is_running(path)  # (first: another user's experiment is "permission denied", not "no experiment")
+    if not journal_readable(path):  # (a damaged or refused tuner.pkl does not stop a look at the journal)
         raise _Fail(not_an_experiment(experiment_dir, path))
     try:
         trials, meta = load_trials(path, fs)
@@ -278,23 +295,47 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
     from ..tracking._progress import status_words
 
     ended = _experiment_end_status(path)
-    meta["status"] = "running" if _is_running(path) else (
+    meta["status"] = "running" if running else (
         status_words(ended, Counter(t.status.value for t in trials), len(trials)) if ended else "crashed (resumable)")
     meta["path"] = url or path
     meta["world_size"] = {t.trial_id: t.world_size for t in trials}
     return ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
 
 
+def _not_yours(experiment_dir: str, lock: str) -> str:
+    """Permission denied on another user's experiment: whose it is and what to do."""
+    try:
+        uid = os.stat(lock).st_uid
+    except OSError:
+        uid = -1
+    try:
+        import pwd
+
+        owner = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        owner = f"uid {uid}"
+    me = os.getuid() if hasattr(os, "getuid") else -1
+    return (f"permission denied: {experiment_dir} belongs to {owner}, and its lock file {lock} (which says whether "
+            f"a tuner is running it) is readable by its owner only; you are uid {me}. Run tuneplat as {owner}")
+
+
 def _is_running(experiment_dir: str) -> bool:
-    """Whether a live process holds the experiment's in-use lock (see core/_lock.py)."""
+    """Whether a live process holds the experiment's in-use lock (see core/_lock.py).
+
+    Raises:
+        _Fail: permission denied on the lock (another user's experiment): whether it runs cannot be told.
+    """
     from ..core._lock import LOCK_NAME
 
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         return False
+    lock = os.path.join(experiment_dir, LOCK_NAME)
     try:
-        fd = os.open(os.path.join(experiment_dir, LOCK_NAME), os.O_RDONLY)
+        fd = os.open(lock, os.O_RDONLY)
+    except PermissionError:
+        raise _Fail(_not_yours(experiment_dir, lock), EXIT_FAILED) from None
     except OSError:
         return False
     try:

@@ -18,6 +18,7 @@ from ._common import (
     _quiet_libraries,
     _run_overrides,
     _summary,
+    journal_readable,
     not_an_experiment,
 )
 
@@ -27,7 +28,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from ..storage._storage import is_remote
 
     path, _fs, _url = _fetch_remote(args.experiment_dir)
-    if not Tuner.can_restore(path):
+    # a tuner.pkl that is damaged or not signed with this user's key is not needed when the sweep file gives the
+    # settings again (Tuner.restore then does not read it); otherwise the message says what is wrong with it
+    if not journal_readable(path) or (not Tuner.can_restore(path)
+                                      and not os.path.exists(os.path.join(path, SWEEP_COPY))):
         raise _Fail(not_an_experiment(args.experiment_dir, path))
     origin = {}
     if os.path.exists(os.path.join(path, ORIGIN_FILE)):

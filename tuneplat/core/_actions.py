@@ -21,7 +21,6 @@ from typing import Any
 
 from schedulers import ActionPlan, Decision, Launch, Resume, Stop, TrialPhase, TrialScheduler, plan_action
 
-from ..storage._checkpoint import Checkpoint
 from ..storage._storage import CheckpointStore, checkpoint_name
 from . import _events as ev
 from ._journal import pickle_hex, to_jsonable
@@ -46,15 +45,15 @@ class SchedulerActions:
         queue: the loop's queue of trials waiting to start (trials are put back in it).
         store: the checkpoint store (PBT's copy of a source checkpoint).
         record: the loop's journal writer.
-        end_trial: the loop's ``(trial, status)`` transition to a final state.
+        end_trial: the loop's ``(trial, status, *, stop_reason=, pruned=)`` transition to a final state.
         check_stop_all: the loop's ``stop_all()`` check (it may stop every trial); True when it did.
         on_exploit: called with ``(trial, exploit event)`` after PBT's exploit (callbacks).
     """
 
     def __init__(self, *, scheduler: TrialScheduler, stop_rules: StopRules, trials: Mapping[str, Trial],
                  running: Mapping[str, RunState], queue: collections.deque[Trial], store: CheckpointStore,
-                 record: Callable[[ev.Event | dict[str, Any]], None],
-                 end_trial: Callable[[Trial, TrialStatus], None], check_stop_all: Callable[[], bool],
+                 record: Callable[[ev.Event], None],
+                 end_trial: Callable[..., None], check_stop_all: Callable[[], bool],
                  on_exploit: Callable[[Trial, dict[str, Any]], None]) -> None:
         self.scheduler = scheduler
         self.stop_rules = stop_rules
@@ -70,25 +69,25 @@ class SchedulerActions:
         self._ready: list[Action] = []
 
     # ------------------------------------------------------------------ decisions
-    def decide(self, trial: Trial, run: RunState, result: Mapping[str, Any]) -> tuple[Decision, str]:
-        """The decision on ``result`` and why: a pending stop request, the stop rules, then the scheduler."""
+    def decide(self, trial: Trial, run: RunState, result: Mapping[str, Any]) -> tuple[Decision, str, bool]:
+        """The decision on ``result``, why, and whether a STOP prunes the trial (the scheduler cut it short, not
+        its ``max_t`` nor a stop rule): a pending stop request, the stop rules, then the scheduler."""
         if run.stop_requested is not None:
-            return run.stop_requested, trial.stop_reason or "stop requested"
+            return run.stop_requested, trial.stop_reason or run.stop_reason or "stop requested", False
         reason = self.stop_rules.reason_to_stop(trial.trial_id, result)
         if reason is not None:
             if reason == "stop criteria met":
                 self._check_stop_all()
-            return Decision.STOP, reason
+            return Decision.STOP, reason, False
         if self._check_stop_all():
-            return Decision.STOP, trial.stop_reason or "stop_all()"
+            return Decision.STOP, trial.stop_reason or run.stop_reason or "stop_all()", False
         decision = self.scheduler.on_trial_result(trial.trial_id, result)
         if decision is Decision.STOP:
-            trial.stopped_by_scheduler = not self._reached_scheduler_budget(result)
             why = getattr(self.scheduler, "stop_reason", lambda _t: None)(trial.trial_id)
-            return decision, why or f"stopped by {self.scheduler.name}"
+            return decision, why or f"stopped by {self.scheduler.name}", not self._reached_scheduler_budget(result)
         if decision is Decision.PAUSE:
-            return decision, f"paused by {self.scheduler.name}"
-        return decision, ""
+            return decision, f"paused by {self.scheduler.name}", False
+        return decision, "", False
 
     def _reached_scheduler_budget(self, result: Mapping[str, Any]) -> bool:
         """Whether ``result`` reached the scheduler's ``max_t`` (a STOP there ends a trial, it does not prune it)."""
@@ -139,18 +138,15 @@ class SchedulerActions:
             elif plan is ActionPlan.END:
                 if trial in self._queue:
                     self._queue.remove(trial)
-                trial.stop_reason = getattr(action, "reason", "") or f"stopped by {self.scheduler.name}"
-                trial.stopped_by_scheduler = True
-                self._end_trial(trial, TrialStatus.TERMINATED)
+                self._end_trial(trial, TrialStatus.TERMINATED, pruned=True,
+                                stop_reason=getattr(action, "reason", "") or f"stopped by {self.scheduler.name}")
             elif plan is ActionPlan.STOP_AT_NEXT_REPORT:
                 self._running[trial.trial_id].stop_requested = Decision.STOP
             elif plan is ActionPlan.REQUEUE:
-                trial.status = TrialStatus.PENDING
-                self._record(ev.TrialResume(trial_id=trial.trial_id))
+                self._record(ev.TrialResume(trial_id=trial.trial_id))  # (PENDING again)
                 self._queue.appendleft(trial)
             elif plan is ActionPlan.CLONE_AND_REQUEUE and isinstance(action, Launch):
-                self._exploit(trial, action)
-                trial.status = TrialStatus.PENDING
+                self._exploit(trial, action)  # (a paused trial that exploits is PENDING again)
                 self._queue.appendleft(trial)
             elif isinstance(action, Launch):
                 logger.warning("tuneplat: scheduler asked to relaunch trial %s which is %s", trial.trial_id,
@@ -162,10 +158,10 @@ class SchedulerActions:
         The copy becomes ``trial``'s latest checkpoint, and the trial goes on from
         the source checkpoint's ``training_iteration`` (as in Ray: the scheduler
         took over the source's clock, and the results agree with it). The event
-        is recorded in the journal and ``trial.lineage``.
+        is recorded in the journal (and, by its reducer, in ``trial.lineage``).
         """
         old = trial.config
-        trial.config = dict(action.config)
+        new = dict(action.config)
         from_iteration = None
         if action.from_trial and action.from_trial != trial.trial_id:
             src = self._trials.get(action.from_trial)
@@ -175,10 +171,7 @@ class SchedulerActions:
                 path = self._store.copy(src.checkpoint.path, trial.path, checkpoint_name(from_iteration))
                 assert path is not None
                 metrics = dict(src.checkpoints[-1][1])
-                clone = Checkpoint(path, self._store.filesystem)
-                trial.checkpoints = [p for p in trial.checkpoints if p[0] != clone]
-                trial.checkpoints.append((clone, metrics))
-                trial.restart_iteration = from_iteration
+                # (it becomes the trial's latest checkpoint, and its next attempt starts at from_iteration)
                 self._record(ev.CheckpointSaved(
                     trial_id=trial.trial_id, iteration=from_iteration, path=path, metrics=to_jsonable(metrics),
                     cloned_from=src.trial_id, cloned_iteration=from_iteration))
@@ -188,8 +181,7 @@ class SchedulerActions:
                                trial.trial_id, action.from_trial)
         event = ev.Exploit(trial_id=trial.trial_id, from_trial=action.from_trial, iteration=trial.iteration,
                            from_iteration=from_iteration, old_config=to_jsonable(old),
-                           new_config=to_jsonable(trial.config), config_pickle=pickle_hex(trial.config),
-                           info=to_jsonable(dict(action.info))).to_json()
-        trial.lineage.append({k: v for k, v in event.items() if k not in ("event", "config_pickle")})
+                           new_config=to_jsonable(new), config_pickle=pickle_hex(new),
+                           info=to_jsonable(dict(action.info)), config_object=new)
         self._record(event)
-        self._on_exploit(trial, event)
+        self._on_exploit(trial, trial.lineage[-1])

@@ -14,12 +14,13 @@ writer the loop gives them.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import IO, Any
+from typing import Any
 
 from .._config import CheckpointConfig
 from ..execution._executor import Event, Reported
@@ -100,13 +101,10 @@ class CheckpointCommits:
 
     def record(self, trial: Trial, iteration: int, result: dict[str, Any], path: str) -> None:
         """A committed checkpoint: on the trial, in the journal, to the callbacks; then retention."""
-        ckpt = Checkpoint(path, self.store.filesystem)
-        if any(p[0].path == path for p in trial.checkpoints):  # a retry reached this iteration again
-            trial.checkpoints = [p for p in trial.checkpoints if p[0].path != path]
-        trial.checkpoints.append((ckpt, result))
+        # (it replaces one of the same iteration that a retry reached again)
         self._record(ev.CheckpointSaved(trial_id=trial.trial_id, iteration=iteration, path=path,
                                         metrics=to_jsonable(result)))
-        self._on_checkpoint(trial, ckpt, result)
+        self._on_checkpoint(trial, trial.checkpoints[-1][0], result)
         self.apply_retention(trial)
 
     def saved(self, trial: Trial, iteration: int) -> None:
@@ -122,7 +120,6 @@ class CheckpointCommits:
         cc = self._config
         assert cc is not None
         for pair in retain(trial.checkpoints, cc.num_to_keep, cc.checkpoint_score_attribute, cc.checkpoint_score_order):
-            trial.checkpoints.remove(pair)
             if self.store.slow:
                 self._pool().submit(self._delete, pair[0].path)
             else:
@@ -149,16 +146,23 @@ class CheckpointCommits:
 class TrialFiles:
     """The files the loop keeps in each trial's folder, as Ray: ``params.json``, ``result.json``, ``error.txt``.
 
-    ``result.json`` (one JSON line per result) stays open while the trial runs.
+    ``result.json`` (one JSON line per result) follows the journal's supersede
+    rule: when a retry continues from a checkpoint, :meth:`supersede` cuts it
+    back to the results up to the checkpoint's iteration, so each iteration is
+    in it once. Lines wait in memory until :meth:`flush` appends them; a full
+    disk (``ENOSPC``) keeps them waiting for the next flush (said once).
     """
 
     def __init__(self) -> None:
-        self._files: dict[str, IO[str]] = {}
+        self._fds: dict[str, int] = {}
+        self._paths: dict[str, str] = {}
+        self._waiting: dict[str, bytes] = {}
+        self._told_full = False
 
     @staticmethod
-    def write_params(trial: Trial, config: Any) -> None:
-        """The trial's config in ``params.json``."""
-        with open(os.path.join(trial.path, "params.json"), "w", encoding="utf-8") as f:
+    def write_params(trial_path: str, config: Any) -> None:
+        """The trial's config in ``params.json`` of its folder."""
+        with open(os.path.join(trial_path, "params.json"), "w", encoding="utf-8") as f:
             json.dump(to_jsonable(config), f, indent=2, sort_keys=True)
 
     @staticmethod
@@ -174,25 +178,76 @@ class TrialFiles:
         return path
 
     def write_result(self, trial: Trial, line: str) -> None:
-        """Append one result (a JSON line) to the trial's ``result.json``."""
-        f = self._files.get(trial.trial_id)
-        if f is None:
-            f = self._files[trial.trial_id] = open(os.path.join(trial.path, "result.json"), "a",  # noqa: SIM115
-                                                   encoding="utf-8")
-        f.write(line + "\n")
+        """Append one result (a JSON line) to the trial's ``result.json`` (written at the next :meth:`flush`)."""
+        tid = trial.trial_id
+        self._paths[tid] = os.path.join(trial.path, "result.json")
+        self._waiting[tid] = self._waiting.get(tid, b"") + line.encode("utf-8") + b"\n"
 
     def flush(self) -> None:
-        for f in self._files.values():
-            f.flush()
+        for tid in [t for t, data in self._waiting.items() if data]:
+            self._flush_one(tid)
+
+    def _flush_one(self, tid: str) -> bool:
+        data = self._waiting.get(tid, b"")
+        try:
+            fd = self._fds.get(tid)
+            if fd is None:
+                fd = self._fds[tid] = os.open(self._paths[tid], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            if not self._told_full:
+                self._told_full = True
+                logger.warning("tuneplat: no space left writing %s; its results wait and are written when space "
+                               "comes back", self._paths[tid])
+            return False
+        finally:
+            self._waiting[tid] = data
+        return True
+
+    def supersede(self, trial: Trial, after_iteration: int) -> None:
+        """Keep in ``result.json`` only the results up to ``after_iteration`` (the journal's rule for a retry)."""
+        tid = trial.trial_id
+        path = self._paths.get(tid) or os.path.join(trial.path, "result.json")
+        self._paths[tid] = path
+        waiting = self._waiting.pop(tid, b"")
+        self.close(tid)
+        try:
+            with open(path, "rb") as f:
+                old = f.read()
+        except FileNotFoundError:
+            old = b""
+        lines = (old + waiting).splitlines(keepends=True)
+        kept = [ln for ln in lines if _iteration(ln) <= after_iteration]
+        if len(kept) == len(lines):
+            self._waiting[tid] = waiting
+            return
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.writelines(kept)
+        os.replace(tmp, path)
 
     def close(self, trial_id: str) -> None:
-        """The trial's attempt ended: close its file (a later attempt appends)."""
-        f = self._files.pop(trial_id, None)
-        if f is not None:
-            f.close()
+        """The trial's attempt ended: write what waits and close its file (a later attempt appends)."""
+        if self._waiting.get(trial_id):
+            self._flush_one(trial_id)
+        fd = self._fds.pop(trial_id, None)
+        if fd is not None:
+            os.close(fd)
 
     def close_all(self, guard: Callable[..., None]) -> None:
         """Close every file, each through ``guard`` (the loop's clean-up wrapper)."""
-        for f in self._files.values():
-            guard(f.close)
-        self._files.clear()
+        for tid in list(set(self._fds) | set(self._waiting)):
+            guard(self.close, tid)
+        self._fds.clear()
+
+
+def _iteration(line: bytes) -> float:
+    """A ``result.json`` line's ``training_iteration`` (0 for a line without one; a torn line counts as after)."""
+    try:
+        value = json.loads(line).get("training_iteration", 0)
+    except (ValueError, AttributeError):
+        return float("inf")
+    return value if isinstance(value, (int, float)) else 0

@@ -29,13 +29,18 @@ __all__ = [
     "EVENT_TYPES", "STATUSES", "CheckpointDeleted", "CheckpointSaved", "Decision", "Event", "Experiment", "ExperimentEnd", "Exploit",
     "MlflowParentRun", "MlflowRun", "OomRetry", "PreemptNotice", "RankFailure", "Resize", "Result", "Stacks",
     "Starved", "StopAll", "Superseded", "SystemMetrics", "TimeBudgetReached", "TrialAdd", "TrialEnd", "TrialFailure",
-    "TrialEvent", "TrialPaused", "TrialRequeued", "TrialResume", "TrialStart", "TrialWarning", "UnknownEvent", "from_json",
+    "TrialEvent", "TrialPreempted", "TrialPaused", "TrialRequeued", "TrialResume", "TrialStart", "TrialWarning", "UnknownEvent", "from_json",
     "schema_problem",
 ]
 
 def _when_set() -> Any:
     """A field left out of the JSON while it is None (the loop writes it only in some cases)."""
     return field(default=None, metadata={"omit_none": True})
+
+
+def _local() -> Any:
+    """A field the live loop gives the reducer and the journal never holds (the exact objects of a config)."""
+    return field(default=None, compare=False, repr=False, metadata={"local": True})
 
 
 #: the statuses a ``trial_end`` may carry (:class:`tuneplat.TrialStatus` values)
@@ -103,6 +108,9 @@ class TrialAdd(TrialEvent):
     config: dict[str, Any] | None = None
     name: str | None = None
     config_pickle: str | None = None
+    trainable_name: str | None = _when_set()
+    #: the exact config objects (live only; a replay unpickles ``config_pickle`` when trusted, else the JSON copy)
+    config_object: dict[str, Any] | None = _local()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,6 +181,8 @@ class TrialRequeued(TrialEvent):
 
     kind: ClassVar[str] = "trial_requeued"
     reason: str | None = None
+    #: its attempt ran no user code (a worker lost before the start): it does not count as an attempt
+    not_started: bool | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +210,8 @@ class TrialFailure(TrialEvent):
     traceback: str | None = None
     retry: bool | None = None
     failure_kind: str | None = field(default=None, metadata={"json": "kind", "omit_none": True})  # JSON: "kind"
+    #: the exception's qualified type names, most specific first (empty: no exception, e.g. a lost worker)
+    types: list[str] | None = _when_set()
     oom_retry: bool | None = _when_set()
 
 
@@ -213,6 +225,15 @@ class OomRetry(TrialEvent):
     old_config: dict[str, Any] | None = None
     new_config: dict[str, Any] | None = None
     config_pickle: str | None = None
+    config_object: dict[str, Any] | None = _local()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialPreempted(TrialEvent):
+    """An elastic trial's group ended because a worker was preempted (``FailureConfig.max_preemption_failures``)."""
+
+    kind: ClassVar[str] = "trial_preempted"
+    message: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,6 +248,8 @@ class TrialEnd(TrialEvent):
     iteration: int | None = None
     error_kind: str | None = _when_set()
     resumable: bool | None = _when_set()
+    #: ended by the scheduler before its budget (ASHA/HyperBand's early stop; searchers hear ``pruned``)
+    pruned: bool | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,6 +264,7 @@ class Exploit(TrialEvent):
     new_config: dict[str, Any] | None = None
     config_pickle: str | None = None
     info: dict[str, Any] | None = None
+    config_object: dict[str, Any] | None = _local()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -359,7 +383,8 @@ class UnknownEvent(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls for cls in (
         Experiment, ExperimentEnd, TrialAdd, TrialStart, Result, Decision, CheckpointSaved, CheckpointDeleted,
-        Superseded, TrialRequeued, TrialPaused, TrialResume, TrialFailure, OomRetry, TrialEnd, Exploit, Resize,
+        Superseded, TrialRequeued, TrialPaused, TrialResume, TrialFailure, OomRetry, TrialPreempted, TrialEnd, Exploit,
+        Resize,
         RankFailure, PreemptNotice, SystemMetrics, Stacks, TrialWarning, TimeBudgetReached, StopAll, Starved,
         MlflowParentRun, MlflowRun,
     )
@@ -375,7 +400,7 @@ for _cls in EVENT_TYPES.values():
     _fields = {}
     _required = set()
     for _f in dataclasses.fields(_cls):
-        if _f.name == "extra":
+        if _f.name == "extra" or _f.metadata.get("local"):
             continue
         _t, _opt = isinstance_types(_hints[_f.name])
         _fields[_f.name] = (_f.metadata.get("json", _f.name), _t, _opt)

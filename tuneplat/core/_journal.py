@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -11,9 +12,13 @@ from typing import Any
 
 import cloudpickle
 
+from .._settings import env_seconds
+from .._signing import sign_field
 from ._events import Event, schema_problem
 
-__all__ = ["Journal", "JournalError", "pickle_hex", "read_journal", "to_jsonable"]
+__all__ = ["Journal", "JournalDiskFull", "JournalError", "pickle_hex", "read_journal", "to_jsonable"]
+
+logger = logging.getLogger("tuneplat")
 
 
 class JournalError(RuntimeError):
@@ -46,7 +51,7 @@ def pickle_hex(obj: Any) -> str | None:
     if to_jsonable(obj) == obj:
         return None
     try:
-        return cloudpickle.dumps(obj).hex()
+        return sign_field(cloudpickle.dumps(obj))  # signed: restore unpickles only this user's own
     except Exception:  # noqa: BLE001 - only needed to restore exotic configs
         return None
 
@@ -55,16 +60,46 @@ def _loads_float(text: str) -> Any:
     return float(text)
 
 
-class Journal:
-    """Append events; :meth:`sync` makes them durable (called by the tuner in groups)."""
+class JournalDiskFull(OSError):
+    """The journal's disk stayed full (``ENOSPC``) past ``TUNEPLAT_JOURNAL_FULL_S``: the experiment ends, resumable."""
 
-    def __init__(self, path: str, sync_interval_s: float = 0.25) -> None:
+
+#: errors that mean "no room now": retried with backoff, as space may come back (a filler removed, a quota raised)
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class Journal:
+    """Append events; :meth:`sync` makes them durable (called by the tuner in groups).
+
+    Lines wait in memory until a sync writes them (``os.write`` on an
+    append-only descriptor, partial writes continued) and fsyncs. A full disk
+    (``ENOSPC``/``EDQUOT``) is ridden out: what could not be written stays
+    waiting, the user is told once, and the next syncs try again with backoff
+    (0.25 s doubling to 8 s) while the experiment goes on. When no space came
+    back within ``full_limit_s`` (``TUNEPLAT_JOURNAL_FULL_S``, 60 s by default)
+    :meth:`sync` raises :class:`JournalDiskFull`, naming ``ENOSPC`` and the
+    path; the file is cut back to its last whole line first, so it stays
+    readable and ``Tuner.restore`` continues from it. The journal writes
+    nothing more after that.
+    """
+
+    def __init__(self, path: str, sync_interval_s: float = 0.25, full_limit_s: float | None = None) -> None:
         self.path = path
         self.sync_interval_s = sync_interval_s
+        self.full_limit_s = env_seconds("TUNEPLAT_JOURNAL_FULL_S", 60) if full_limit_s is None else full_limit_s
         _cut_torn_tail(path)
-        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the experiment
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._whole = os.fstat(self._fd).st_size  # the file's size up to its last whole line
+        self._lines: list[str] = []
+        self._unwritten = b""  # encoded, not yet (fully) written: a full disk left it here
         self._dirty = False
         self._last_sync = time.monotonic()
+        self._full_since: float | None = None  # the disk has been full since then (monotonic)
+        self._retry_at = 0.0
+        self._backoff = 0.25
+        self._told = False
+        self._gave_up: JournalDiskFull | None = None
+        self.closed = False
 
     def append(self, event: Event | dict[str, Any]) -> None:
         """Append one event (typed, or its JSON object); its ``time`` is now unless it has one."""
@@ -75,13 +110,13 @@ class Journal:
             line = json.dumps(event)
         except (TypeError, ValueError):
             line = json.dumps(to_jsonable(event))
-        self._f.write(line + "\n")
-        self._dirty = True
+        self.append_line(line)
 
     def append_line(self, line: str) -> None:
         """Append an already-encoded JSON object (the hot path for results)."""
-        self._f.write(line + "\n")
-        self._dirty = True
+        if self._gave_up is None:
+            self._lines.append(line)
+            self._dirty = True
 
     @property
     def dirty(self) -> bool:
@@ -89,23 +124,97 @@ class Journal:
         return self._dirty
 
     def sync_due(self) -> bool:
-        """Events wait and the sync interval has passed."""
-        return self._dirty and time.monotonic() - self._last_sync >= self.sync_interval_s
-
-    def sync(self, force: bool = False) -> None:
-        if not self._dirty:
-            return
+        """Events wait and the sync interval (or, while the disk is full, the backoff) has passed."""
         now = time.monotonic()
-        if force or now - self._last_sync >= self.sync_interval_s:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._dirty = False
-            self._last_sync = now
+        if self._full_since is not None:
+            return self._dirty and now >= self._retry_at
+        return self._dirty and now - self._last_sync >= self.sync_interval_s
+
+    def sync(self, force: bool = False) -> bool:
+        """Write and fsync what waits (when due, or ``force``); True when everything appended is durable.
+
+        Raises:
+            JournalDiskFull: the disk has been full for longer than ``full_limit_s``.
+        """
+        if self._gave_up is not None:
+            raise self._gave_up
+        if not self._dirty:
+            return True
+        now = time.monotonic()
+        if not force and now - self._last_sync < self.sync_interval_s:
+            return False
+        if not force and self._full_since is not None and now < self._retry_at:
+            return False
+        if self._lines:
+            self._unwritten += ("\n".join(self._lines) + "\n").encode("utf-8")
+            self._lines.clear()
+        try:
+            while self._unwritten:
+                n = os.write(self._fd, self._unwritten)
+                self._unwritten = self._unwritten[n:]
+            os.fsync(self._fd)
+        except OSError as exc:
+            if exc.errno not in _FULL:
+                raise
+            self._disk_full(exc, now)
+            return False
+        self._whole = os.fstat(self._fd).st_size
+        if self._full_since is not None:
+            logger.warning("tuneplat: space came back for the journal %s after %.1fs; it is complete again",
+                           self.path, now - self._full_since)
+        self._full_since = None
+        self._backoff = 0.25
+        self._dirty = False
+        self._last_sync = now
+        return True
+
+    def _disk_full(self, exc: OSError, now: float) -> None:
+        name = errno.errorcode.get(exc.errno or 0, "ENOSPC")
+        if self._full_since is None:
+            self._full_since = now
+        waited = now - self._full_since
+        if waited >= self.full_limit_s:
+            self._give_up(name, waited)
+        if not self._told:
+            self._told = True
+            logger.warning("tuneplat: no space left on the device of the journal %s (%s); the experiment goes on "
+                           "and writing is tried again with backoff for up to %.0fs (TUNEPLAT_JOURNAL_FULL_S), "
+                           "then the experiment ends, resumable with Tuner.restore", self.path, name,
+                           self.full_limit_s)
+        self._retry_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, 8.0)
+
+    def _give_up(self, name: str, waited: float) -> None:
+        try:  # a line cut short by the full disk: the file ends with whole lines only (readable, restorable)
+            if os.fstat(self._fd).st_size > self._whole:
+                os.ftruncate(self._fd, self._whole)
+        except OSError:
+            pass
+        self._lines.clear()
+        self._unwritten = b""
+        self._dirty = False
+        self._gave_up = JournalDiskFull(
+            errno.ENOSPC,
+            f"{name}: no space left on the device of the experiment journal {self.path} for {waited:.0f}s "
+            "(TUNEPLAT_JOURNAL_FULL_S sets this limit). The journal holds every event up to the disk filling; "
+            "free space there, then continue with Tuner.restore(<experiment folder>, trainable) or "
+            "`tuneplat resume <experiment folder>`", self.path)
+        raise self._gave_up
 
     def close(self) -> None:
-        if not self._f.closed:
-            self.sync(force=True)
-            self._f.close()
+        """Write what waits and close; a full disk is waited for (with backoff) up to ``full_limit_s``.
+
+        Raises:
+            JournalDiskFull: the disk stayed full past ``full_limit_s`` (the file ends with whole lines).
+        """
+        if self.closed:
+            return
+        try:
+            while self._gave_up is None and not self.sync(force=True):
+                time.sleep(max(0.0, self._retry_at - time.monotonic()))  # backoff on a full disk: nothing else to do
+        finally:
+            self.closed = True
+            os.close(self._fd)
 
 
 def _cut_torn_tail(path: str) -> None:

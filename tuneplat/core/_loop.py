@@ -19,6 +19,8 @@ restorable; :meth:`TuneLoop.run` then raises :class:`TuneError`.
 from __future__ import annotations
 
 import collections
+import copy
+import dataclasses
 import json
 import logging
 import os
@@ -32,7 +34,7 @@ from typing import Any
 
 from schedulers import Decision, FIFOScheduler, TrialScheduler
 
-from .._config import RunConfig, ScalingConfig, TuneConfig
+from .._config import FailureConfig, RunConfig, ScalingConfig, TuneConfig
 from .._settings import env_seconds
 from ..execution._executor import (
     Ended,
@@ -50,6 +52,7 @@ from ..execution._executor import (
     TrialExecutor,
     TrialSpec,
 )
+from ..execution._failure import ERROR, OOM, Failure
 from ..search._searcher import BasicVariantGenerator, Searcher
 from ..storage._storage import CheckpointStore, ExperimentSync, checkpoint_name
 from ..tracking._progress import ProgressReporter
@@ -57,10 +60,11 @@ from . import _events as ev
 from ._actions import SchedulerActions
 from ._callbacks import Callbacks
 from ._commits import COMMIT_POLL_S, CheckpointCommits, TrialFiles
-from ._journal import Journal, pickle_hex, to_jsonable
-from ._oom import OOM, failure_kind, shrink_config
+from ._failure import End, FailurePolicy, RetrySmaller
+from ._journal import Journal, JournalDiskFull, pickle_hex, to_jsonable
 from ._search import restore_algorithms, set_objective
 from ._shapes import ShapeRefused, TrialShapes
+from ._state import ExperimentState, apply
 from ._stop import MetricCheck, StopRules
 from ._trial import RunState, Trial, TrialStatus
 from ._view import TunerView
@@ -120,7 +124,12 @@ class TuneLoop:
         self.searcher: Searcher = tune_config.search_alg or BasicVariantGenerator()
         self.scheduler: TrialScheduler = tune_config.scheduler or FIFOScheduler()
         self.trials: list[Trial] = list(trials or [])
-        self.by_id: dict[str, Trial] = {t.trial_id: t for t in self.trials}
+        #: the experiment's state: :func:`~tuneplat.core._state.apply` of each event the loop journals is its
+        #: only writer (a restore's replay applies the same events), so the loop never assigns a trial field
+        self.state = ExperimentState(trials=self.trials, experiment_dir=experiment_dir,
+                                     storage_fs=store.filesystem, trusted=True)
+        self.by_id: dict[str, Trial] = self.state.by_id
+        self._no_retry: set[str] = set()  # trials whose failure a retry cannot fix (a misspelt metric)
         self.view = TunerView(self)  # what callbacks see (read-only)
         #: every hook on every callback, with the view; what hooks hand back is recorded by the loop
         self.hooks = Callbacks(self.callbacks, self.view, self._record)
@@ -137,6 +146,8 @@ class TuneLoop:
         self.status = "finished"
         self._exp_tag = os.urandom(3).hex()[:5]
         self.stop_rules = StopRules(run_config.stop)
+        #: what follows a failed attempt, within FailureConfig's three budgets
+        self.failure_policy = FailurePolicy(run_config.failure_config or FailureConfig())
         #: checkpoint commits, retention (remote stores: on I/O threads) and each trial's result.json
         self.commits = CheckpointCommits(store, run_config.checkpoint_config, self._write, self.hooks.checkpoint)
         self.trial_files = TrialFiles()
@@ -171,7 +182,6 @@ class TuneLoop:
             self.suggested = len(self.trials)
             for t in self.trials:
                 if t.recovered_result:  # its result line was lost with the last tuner: journal it now
-                    t.recovered_result = False
                     self._write(ev.Result(trial_id=t.trial_id, result=to_jsonable(t.results[-1])))
             self.queue.extend(restore_algorithms(self.trials, self.searcher, self.scheduler))
 
@@ -256,12 +266,17 @@ class TuneLoop:
         for t in self.trials:
             if t.status.is_finished() or t.trial_id in self.running:
                 continue
-            t.stop_reason = (f"stopped when the experiment ended ({why}); Tuner.restore resumes it"
-                             if t.attempts else f"not started: the experiment ended ({why}); Tuner.restore runs it")
-            t.resumable = True
-            self._end_trial(t, TrialStatus.TERMINATED)
+            self._end_trial(t, TrialStatus.TERMINATED, resumable=True, stop_reason=(
+                f"stopped when the experiment ended ({why}); Tuner.restore resumes it"
+                if t.attempts else f"not started: the experiment ended ({why}); Tuner.restore runs it"))
 
     def _close(self) -> None:
+        try:
+            self._close_files()
+        finally:  # whatever a callback raised on the way, the executor (and a cluster it started) is closed
+            self._guarded(self.executor.close)
+
+    def _close_files(self) -> None:
         self._guarded(self._end_unfinished)
         status = self.status
         lag = self.hooks.backlog_s()
@@ -274,16 +289,21 @@ class TuneLoop:
         if journal is not None:
             end = ev.ExperimentEnd(status=status, error=f"{type(self.error).__name__}: {self.error}" if tb else None,
                                    traceback=tb or None)
-            self._guarded(journal.append, end)
+            self._guarded(self._write, end)
         self._guarded(self.commits.close)  # deletions (and commits of an ended loop) finish
         self._guarded(self.reporter.finish, self.trials, status)
         self.trial_files.close_all(self._guarded)
         if journal is not None:
-            self._guarded(journal.close)
+            try:
+                journal.close()
+            except JournalDiskFull as exc:  # its disk stayed full: the experiment ends with that error, resumable
+                if self.error is None:
+                    self.error, self.status, self.interrupted = exc, "error", True
+            except Exception:  # noqa: BLE001
+                logger.warning("tuneplat: closing the journal failed", exc_info=True)
         self._guarded(self.searcher.close)
         if self.syncer is not None:
             self._guarded(self._final_sync)
-        self._guarded(self.executor.close)
 
     def _final_sync(self) -> None:
         assert self.syncer is not None
@@ -369,8 +389,7 @@ class TuneLoop:
                 return False
         paused = [t for t in self.trials if t.status == TrialStatus.PAUSED and not self.interrupted]
         for t in paused:  # nothing will ever resume them
-            t.stop_reason = t.stop_reason or "left paused when the experiment ended"
-            self._end_trial(t, TrialStatus.TERMINATED)
+            self._end_trial(t, TrialStatus.TERMINATED, stop_reason=t.stop_reason or "left paused when the experiment ended")
         return True
 
     def _next_timeout(self) -> float | None:
@@ -404,7 +423,7 @@ class TuneLoop:
         for tid, run in list(self.running.items()):
             if run.abort_at is not None and now >= run.abort_at:
                 run.abort_at = None  # a trial that reports nothing (one long epoch, a hung loop): end it now
-                self.executor.abort(tid, self.by_id[tid].stop_reason or "stopped")
+                self.executor.abort(tid, self.by_id[tid].stop_reason or run.stop_reason or "stopped")
 
     def _stop_everything(self, reason: str) -> None:
         """Stop running trials at their next report (or abort them after a grace); end queued ones."""
@@ -412,16 +431,14 @@ class TuneLoop:
         now = self.executor.now()
         for tid, run in self.running.items():
             run.stop_requested = Decision.STOP
-            trial = self.by_id[tid]
-            trial.stop_reason = trial.stop_reason or reason
+            run.stop_reason = run.stop_reason or reason
             if not run.started:
                 self.executor.abort(tid, reason)
             elif run.decision is None:
                 run.abort_at = now + self.stop_grace_s
         while self.queue:
             t = self.queue.popleft()
-            t.stop_reason = f"{reason} before it could resume"
-            self._end_trial(t, TrialStatus.TERMINATED)
+            self._end_trial(t, TrialStatus.TERMINATED, stop_reason=f"{reason} before it could resume")
 
     def _check_stop_all(self) -> bool:
         """``RunConfig(stop=stopper)``: the stopper's ``stop_all()`` ends the experiment (as in Ray)."""
@@ -444,8 +461,8 @@ class TuneLoop:
         # failed, for this reason; not PENDING as if it had never started
         for trial in [t for t in self.queue if t.num_failures > 0]:
             self.queue.remove(trial)
-            trial.error = f"its worker was lost and it could not be placed again: {message}"
-            self._end_trial(trial, TrialStatus.ERROR)
+            self._end_trial(trial, TrialStatus.ERROR,
+                            error=f"its worker was lost and it could not be placed again: {message}")
 
     def _sync_files(self) -> None:
         journal = self.journal
@@ -461,20 +478,21 @@ class TuneLoop:
         index = len(self.trials)
         trial_id = f"{self._exp_tag}_{index:05d}"
         name = f"{self.trainable_name}_{trial_id}"
-        trial = Trial(trial_id=trial_id, config=config, path=os.path.join(self.experiment_dir, name), name=name)
-        trial.trainable_name = self.trainable_name
+        path = os.path.join(self.experiment_dir, name)
+        # what the name creators see (the trial exists once its trial_add event is applied)
+        draft = Trial(trial_id=trial_id, config=config, path=path, name=name, trainable_name=self.trainable_name)
         if self.tc.trial_name_creator is not None:
-            trial.name = str(self.tc.trial_name_creator(trial))
+            name = str(self.tc.trial_name_creator(draft))
         if self.tc.trial_dirname_creator is not None:
-            dirname = str(self.tc.trial_dirname_creator(trial)).replace(os.sep, "_")
+            dirname = str(self.tc.trial_dirname_creator(draft)).replace(os.sep, "_")
             path = os.path.join(self.experiment_dir, dirname)
-            trial.path = path if not os.path.exists(path) else f"{path}_{trial_id}"
-        os.makedirs(trial.path, exist_ok=True)
-        self.trial_files.write_params(trial, config)
-        self.trials.append(trial)
-        self.by_id[trial_id] = trial
-        self._write(ev.TrialAdd(trial_id=trial_id, config=to_jsonable(config), path=trial.path,
-                                        name=trial.name, config_pickle=pickle_hex(config)))
+            path = path if not os.path.exists(path) else f"{path}_{trial_id}"
+        os.makedirs(path, exist_ok=True)
+        self.trial_files.write_params(path, config)
+        self._write(ev.TrialAdd(trial_id=trial_id, config=to_jsonable(config), path=path, name=name,
+                                config_pickle=pickle_hex(config), trainable_name=self.trainable_name or None,
+                                config_object=config))
+        trial = self.by_id[trial_id]
         self.scheduler.on_trial_add(trial_id, config)
         self.hooks.trial_add(trial)
         return trial
@@ -573,9 +591,8 @@ class TuneLoop:
         try:
             return self.shapes.of(trial, self.trials)
         except ShapeRefused as exc:  # a bad resources function/value, or a shape that never fits
-            trial.error = str(exc)
-            self.reporter.say(f"tuneplat: trial {trial.trial_id} cannot run: {trial.error}")
-            self._end_trial(trial, TrialStatus.ERROR)
+            self.reporter.say(f"tuneplat: trial {trial.trial_id} cannot run: {exc}")
+            self._end_trial(trial, TrialStatus.ERROR, error=str(exc))
             return None
 
     def _could_start(self) -> int:
@@ -599,15 +616,13 @@ class TuneLoop:
 
     def _start(self, trial: Trial, reservation: Any) -> None:
         """Start an attempt of ``trial`` on the executor's ``reservation``."""
-        trial.attempts += 1
-        attempt = trial.attempts - 1
+        attempt = trial.attempts
         self.store.clean_staging(trial.path)  # what a crashed attempt left half-staged must not leak into this one
         checkpoint = trial.checkpoint
         start_iteration = trial.iteration
         cloned = trial.restart_iteration is not None
         if cloned:  # PBT's clone: go on from the source's checkpoint and its training_iteration (as Ray)
             start_iteration = trial.restart_iteration or 0
-            trial.restart_iteration = None
         elif trial.checkpoint is not None and trial.results:
             # a retry or resume: continue from the checkpoint, later results are superseded
             ck_it = trial.checkpoint_iteration()
@@ -624,8 +639,7 @@ class TuneLoop:
                          remote_trial_dir=self.store.trial_url(trial.path),
                          request=self.shapes.started(trial)[0], world_size=self.shapes.started(trial)[1])
         self.running[trial.trial_id] = RunState(attempt, resumed_from_clone=cloned)
-        trial.status = TrialStatus.RUNNING
-        trial.pending_decision = None
+        previous_size = trial.world_size
         where = self.executor.start(spec, reservation)
         self._write(ev.TrialStart(
             trial_id=trial.trial_id, attempt=attempt, start_iteration=start_iteration, workers=where,
@@ -634,23 +648,17 @@ class TuneLoop:
             resources=None if spec.request is None else {"num_workers": spec.world_size,
                                                           "resources_per_worker": dict(spec.request)},
             gpu_memory_auto=self.shapes.gpu_auto.note(trial.trial_id) if self.shapes.auto_sized(trial.trial_id) else None))
-        self._record_world_size(trial, len(where), start_iteration)
+        self._record_world_size(trial, previous_size, len(where), start_iteration)
         self.hooks.trial_start(trial)
         self.reporter.event(f"trial {trial.trial_id} started (attempt {attempt}) on {where}")
 
-    def _record_world_size(self, trial: Trial, size: int, start_iteration: int) -> None:
-        """An elastic trial's group started with ``size`` ranks: journal a resize when that changed."""
-        old, why = self._resize_reasons.pop(trial.trial_id, (trial.world_size, ""))
-        old = old if old is not None else trial.world_size
-        trial.world_size = size
-        if self.min_world_size is None:
+    def _record_world_size(self, trial: Trial, previous: int | None, size: int, start_iteration: int) -> None:
+        """An elastic trial's group started with ``size`` ranks (``previous`` before): journal a resize when that
+        changed (its ``trial_start`` recorded the size)."""
+        old, why = self._resize_reasons.pop(trial.trial_id, (previous, ""))
+        old = old if old is not None else previous
+        if self.min_world_size is None or old is None or size == old:
             return
-        if old is None or not trial.world_sizes:
-            trial.world_sizes.append((start_iteration, size))
-            return
-        if size == old:
-            return
-        trial.world_sizes.append((start_iteration, size))
         message = f"resized from {old} to {size} ranks" + (f": {why}" if why else "")
         self._write(ev.Resize(trial_id=trial.trial_id, from_world_size=old, to_world_size=size,
                                       iteration=start_iteration, reason=why, message=message))
@@ -658,8 +666,9 @@ class TuneLoop:
         self.hooks.trial_resize(trial, old, size, why)
 
     def _supersede(self, trial: Trial, after: int) -> None:
-        moved = trial.supersede_after(after)
+        moved = sum(1 for r in trial.results if r.get("training_iteration", 0) > after)
         self._write(ev.Superseded(trial_id=trial.trial_id, after_iteration=after, count=moved))
+        self.trial_files.supersede(trial, after)  # result.json (and the callbacks' progress.csv) follow the journal
         self.hooks.trial_superseded(trial, after)
 
     # ------------------------------------------------------------------ results and decisions
@@ -681,7 +690,7 @@ class TuneLoop:
                   "and every Dask worker (NFS, a parallel filesystem), or object storage such as "
                   "'s3://bucket/results' (docs/multi-host.md)")
         self.executor.fail(trial.trial_id, unseen)
-        trial.no_retry = True  # every trial would lose its checkpoints the same way: end the experiment
+        self._no_retry.add(trial.trial_id)  # every trial would lose its checkpoints the same way: end the experiment
         self._fail_experiment(f"trial {trial.trial_id} failed: {unseen}")
 
     def _finish_commits(self) -> None:
@@ -707,45 +716,42 @@ class TuneLoop:
         if run.resumed_from_clone:
             run.resumed_from_clone = False  # (its iterations may go back: they continue the source's)
         elif trial.results and trial.results[-1].get("training_iteration", 0) >= iteration:
-            moved = trial.supersede_after(iteration - 1)
-            self._write(ev.Superseded(trial_id=trial.trial_id, after_iteration=iteration - 1, count=moved))
-        trial.results.append(result)
-        trial.time_total_s = float(result.get("time_total_s", 0.0))
+            self._supersede(trial, iteration - 1)
         try:
             line = json.dumps(result)
         except (TypeError, ValueError):
             line = json.dumps(to_jsonable(result))
         self.journal.append_line(f'{{"event": "result", "trial_id": "{trial.trial_id}", "result": {line}}}')
+        apply(self.state, ev.Result(trial_id=trial.trial_id, result=result))  # (journaled just above, on the hot path)
         self.trial_files.write_result(trial, line)
         problem, misspelt = self.checks.problem(trial.trial_id, result)
         if problem:
             self.executor.fail(trial.trial_id, problem)
             if misspelt:  # every trial would make this mistake: end the experiment now, without retries
-                trial.no_retry = True
+                self._no_retry.add(trial.trial_id)
                 self._fail_experiment(f"trial {trial.trial_id} failed: {problem}")
             return
         for m, v in self.checks.non_finite(result):
             logger.warning("tuneplat: trial %s reported non-finite %s=%r at iteration %s; schedulers count it "
                            "as the worst value", trial.trial_id, m, v, result.get("training_iteration"))
             self._write(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
-        self.searcher.on_trial_result(trial.trial_id, result)
-        self.hooks.trial_result(trial, result)
+        # Ray's order: the scheduler decides, then the searcher hears the result, then the callbacks get a copy of
+        # it (an edit there changes neither the decision, the searcher's input, the journal nor the best trial)
         try:
-            decision, reason = self.actions.decide(trial, run, result)
+            decision, reason, pruned = self.actions.decide(trial, run, result)
         except TypeError as exc:  # e.g. a non-numeric time_attr value: this trial fails (not the experiment)
-            trial.no_retry = True  # (its next result would fail the same way)
+            self._no_retry.add(trial.trial_id)  # (its next result would fail the same way)
             self.executor.fail(trial.trial_id, f"TypeError: {exc}")
             return
+        self.searcher.on_trial_result(trial.trial_id, result)
+        self.hooks.trial_result(trial, _copy_result(result))
         if decision is not Decision.CONTINUE:
             run.decision = decision
             run.abort_at = None
-            trial.pending_decision = decision.value
-            if decision is Decision.STOP:
-                trial.stop_reason = trial.stop_reason or reason
             self._write(ev.Decision(
                 trial_id=trial.trial_id, iteration=iteration, decision=decision.value, reason=reason,
                 # cut short by the scheduler (not its max_t, not a stop rule)?
-                pruned=trial.stopped_by_scheduler if decision is Decision.STOP else None))
+                pruned=pruned if decision is Decision.STOP else None))
             self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
         save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
         if event.staged and path is not None:
@@ -763,101 +769,83 @@ class TuneLoop:
         self.trial_files.close(trial.trial_id)
         if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
             self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
+        stop_reason = trial.stop_reason or (run.stop_reason if run is not None else None)
         if event.outcome is Outcome.RESIZED and event.preempted:
-            trial.num_preemptions += 1
-            budget = self.rc.failure_config.max_preemption_failures  # type: ignore[union-attr]
-            if budget != -1 and trial.num_preemptions > budget and not self.stopping:
-                trial.error = (f"preempted {trial.num_preemptions} times, more than "
-                               f"FailureConfig(max_preemption_failures={budget}): {event.message}")
-                self._end_trial(trial, TrialStatus.ERROR)
+            self._write(ev.TrialPreempted(trial_id=trial.trial_id, message=event.message))
+            if self.failure_policy.over_preemption_budget(trial) and not self.stopping:
+                budget = self.failure_policy.config.max_preemption_failures
+                self._end_trial(trial, TrialStatus.ERROR, error=(
+                    f"preempted {trial.num_preemptions} times, more than "
+                    f"FailureConfig(max_preemption_failures={budget}): {event.message}"))
                 self.actions.trial_ended(trial.trial_id)
                 return
         if event.outcome is Outcome.RESIZED and not self.stopping and decision is None:
-            trial.status = TrialStatus.PENDING  # it starts again at once, from the checkpoint just committed
+            # it starts again at once, from the checkpoint just committed
             self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=f"elastic resize: {event.message}"))
             self.queue.appendleft(trial)
         elif event.outcome is Outcome.RESIZED and not self.interrupted and decision is None:
-            self._end_trial(trial, TrialStatus.TERMINATED)  # (the experiment is stopping)
+            self._end_trial(trial, TrialStatus.TERMINATED, stop_reason=stop_reason)  # (the experiment is stopping)
+        elif event.outcome is Outcome.RESIZED and decision is Decision.PAUSE:
+            self._write(ev.TrialPaused(trial_id=trial.trial_id, iteration=trial.iteration))
         elif event.outcome is Outcome.RESIZED:
-            trial.status = TrialStatus.PAUSED if decision is Decision.PAUSE else TrialStatus.PENDING
+            self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=f"elastic resize: {event.message}"))
         elif event.outcome is Outcome.NOT_STARTED and not self.stopping:
-            trial.attempts -= 1
-            trial.status = TrialStatus.PENDING
             self._write(ev.TrialRequeued(
-                trial_id=trial.trial_id, reason=event.message or "a worker was lost before the trial started"))
+                trial_id=trial.trial_id, reason=event.message or "a worker was lost before the trial started",
+                not_started=True))
             self.queue.appendleft(trial)
-        elif event.outcome is Outcome.FAILED and (not self.interrupted or trial.no_retry) and decision is None:
-            self._on_failure(trial, run, event.message or "unknown failure", event.traceback)
+        elif (event.outcome is Outcome.FAILED and (not self.interrupted or trial.trial_id in self._no_retry)
+              and decision is None):
+            self._on_failure(trial, run, event.message or "unknown failure", event.traceback, event.failure)
         elif event.outcome is Outcome.FAILED and self.interrupted:
-            trial.status = TrialStatus.PENDING
+            self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=_INTERRUPTED))
         elif decision is Decision.PAUSE:
-            trial.status = TrialStatus.PAUSED
             self._write(ev.TrialPaused(trial_id=trial.trial_id, iteration=trial.iteration))
         elif self.interrupted and decision is None:
-            trial.status = TrialStatus.PENDING  # restorable
+            self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=_INTERRUPTED))  # restorable
         else:
-            self._end_trial(trial, TrialStatus.TERMINATED)
+            self._end_trial(trial, TrialStatus.TERMINATED, stop_reason=stop_reason)
         self.actions.trial_ended(trial.trial_id)
 
-    def _on_failure(self, trial: Trial, run: RunState | None, message: str, tb: str | None) -> None:
-        trial.num_failures += 1
-        fc = self.rc.failure_config
-        assert fc is not None
-        max_failures = fc.max_failures
-        kind = failure_kind(message, tb)
-        trial.error_kind = kind
-        if kind == OOM and self.shapes.auto_sized(trial.trial_id):  # GPU_memory="auto": successors ask for more
+    def _on_failure(self, trial: Trial, run: RunState | None, message: str, tb: str | None,
+                    failure: Failure | None) -> None:
+        """An attempt failed: the failure policy decides (retry, retry smaller, end); the loop carries it out."""
+        failure = failure or Failure(ERROR, message=message)  # (an executor that does not type its failures)
+        if failure.message != message:
+            failure = dataclasses.replace(failure, message=message)
+        if failure.kind == OOM and self.shapes.auto_sized(trial.trial_id):  # GPU_memory="auto": successors ask more
             line = self.shapes.gpu_auto.on_oom(trial.trial_id, self.executor.gpu_memory_bytes())
             if line:
                 self.reporter.event(line)
-        shrunk = self._oom_shrink(trial, message) if kind == OOM else None
-        if shrunk is not None:
-            trial.num_failures -= 1  # an OOM retry has its own budget (FailureConfig.max_oom_retries)
-        retry = shrunk is not None or (not self.stopping and not trial.no_retry
-                                       and (max_failures == -1 or trial.num_failures <= max_failures))
+        decision = self.failure_policy.decide(
+            trial, failure, retryable=not self.stopping and trial.trial_id not in self._no_retry)
+        smaller = decision if isinstance(decision, RetrySmaller) else None
+        retry = not isinstance(decision, End)
         self._write(ev.TrialFailure(
             trial_id=trial.trial_id, attempt=run.attempt if run is not None else trial.attempts - 1,
-            message=message, traceback=tb, retry=retry, failure_kind=kind, oom_retry=True if shrunk is not None else None))
-        if shrunk is not None:
-            old, change = shrunk
-            self._write(ev.OomRetry(trial_id=trial.trial_id, retry=trial.oom_retries, change=to_jsonable(change),
-                                            old_config=to_jsonable(old), new_config=to_jsonable(trial.config),
-                                            config_pickle=pickle_hex(trial.config)))
+            message=message, traceback=tb, retry=retry, failure_kind=failure.kind,
+            types=list(failure.types) or None, oom_retry=True if smaller is not None else None))
+        if smaller is not None:
+            old = trial.config
+            self._write(ev.OomRetry(trial_id=trial.trial_id, retry=trial.oom_retries + 1,
+                                    change=to_jsonable(smaller.change), old_config=to_jsonable(old),
+                                    new_config=to_jsonable(smaller.config), config_pickle=pickle_hex(smaller.config),
+                                    config_object=smaller.config))
         self.hooks.trial_failure(trial, message, retry)
-        if shrunk is not None:
-            changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in shrunk[1].items())
+        if smaller is not None:
+            fc = self.failure_policy.config
+            changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in smaller.change.items())
             self.reporter.event(f"trial {trial.trial_id} ran out of memory; retrying with {changes} "
                                 f"(OOM retry {trial.oom_retries} of {fc.max_oom_retries})")
-            trial.status = TrialStatus.PENDING
             self.queue.append(trial)
             return
-        if retry:
+        if not isinstance(decision, End):
             self.reporter.event(f"trial {trial.trial_id} failed ({message}); retrying from its latest checkpoint")
-            trial.status = TrialStatus.PENDING
             self.queue.append(trial)
             return
-        trial.error, trial.error_traceback = (f"out of memory (OOM): {message}" if kind == OOM else message), tb
-        self._end_trial(trial, TrialStatus.ERROR)
+        self._end_trial(trial, TrialStatus.ERROR, traceback=tb, error=decision.error)
         if self.rc.failure_config.fail_fast and not self.fail_fast_error:  # type: ignore[union-attr]
             self._fail_experiment(f"trial {trial.trial_id} failed: {message}", prefix="fail_fast: ")
-
-    def _oom_shrink(self, trial: Trial, message: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """FailureConfig(oom_halve=...): shrink the trial's config for another try; None when it is not retried."""
-        fc = self.rc.failure_config
-        assert fc is not None
-        if fc.oom_halve is None or self.stopping or trial.no_retry or trial.oom_retries >= fc.max_oom_retries:
-            return None
-        try:
-            shrunk = shrink_config(trial.config, fc.oom_halve, fc.oom_double)
-        except ValueError as exc:
-            self.reporter.say(f"tuneplat: trial {trial.trial_id} ran out of memory and cannot be shrunk: {exc}")
-            return None
-        if shrunk is None:
-            return None  # the key is missing or already at its smallest: it ends as an OOM error
-        old = trial.config
-        trial.config, change = shrunk
-        trial.oom_retries += 1
-        return old, change
 
     def _fail_experiment(self, message: str, prefix: str = "") -> None:
         """End the experiment because of one trial's failure; the others stay restorable."""
@@ -870,10 +858,13 @@ class TuneLoop:
         for tid in list(self.running):
             self.executor.abort(tid, "the experiment is ending: another trial failed")
 
-    def _write(self, event: ev.Event | dict[str, Any]) -> None:
-        """Append ``event`` to the journal: the one writer (the loop's helpers record through it)."""
+    def _write(self, event: ev.Event) -> None:
+        """Journal ``event``, then apply it to the state: the one writer (the loop's helpers record through it)."""
         assert self.journal is not None
+        if event.time is None:
+            event = dataclasses.replace(event, time=time.time())
         self.journal.append(event)
+        apply(self.state, event)
 
     def _record(self, handed_back: Any) -> None:
         """What a callback's hook returned: the MLflow runs made for the experiment and its trials.
@@ -883,22 +874,23 @@ class TuneLoop:
         if not handed_back:
             return
         for event in handed_back:
-            if isinstance(event, ev.MlflowRun):
-                trial = self.by_id.get(event.trial_id)
-                if trial is not None:
-                    trial.mlflow_run_id = event.run_id
-            elif not isinstance(event, ev.MlflowParentRun):
+            if not isinstance(event, (ev.MlflowRun, ev.MlflowParentRun)):
                 continue
             if self.journal is not None:
                 self._write(event)
 
-    def _end_trial(self, trial: Trial, status: TrialStatus) -> None:
-        trial.status = status
+    def _end_trial(self, trial: Trial, status: TrialStatus, *, error: str | None = None,
+                   traceback: str | None = None, stop_reason: str | None = None, resumable: bool = False,
+                   pruned: bool | None = None) -> None:
+        """The trial reaches ``status`` (``stop_reason`` None: the one it has)."""
+        if (status is TrialStatus.TERMINATED and not trial.results and stop_reason is None
+                and not trial.stop_reason):  # never TERMINATED with neither a result nor a reason
+            stop_reason = "it reported no result: its function returned before calling report()"
         self._write(ev.TrialEnd(
-            trial_id=trial.trial_id, status=status.value, error=trial.error, traceback=trial.error_traceback,
-            stop_reason=trial.stop_reason, iteration=trial.iteration,
+            trial_id=trial.trial_id, status=status.value, error=error, traceback=traceback,
+            stop_reason=stop_reason if stop_reason is not None else trial.stop_reason, iteration=trial.iteration,
             error_kind=trial.error_kind if status is TrialStatus.ERROR else None,
-            resumable=True if trial.resumable else None))
+            resumable=True if resumable else None, pruned=pruned))
         if status is TrialStatus.ERROR:
             error_file = self.trial_files.write_error(trial)
             self.scheduler.on_trial_error(trial.trial_id)
@@ -924,7 +916,16 @@ class TuneLoop:
                 self._guarded(self._on_event, event)
         for tid in list(self.running):
             self.running.pop(tid)
-            self.by_id[tid].status = TrialStatus.PENDING
+            self._write(ev.TrialRequeued(trial_id=tid, reason=_INTERRUPTED))
+
+
+#: why trials of an interrupted experiment go back to the queue (a restore resumes them)
+_INTERRUPTED = "the experiment was interrupted"
+
+
+def _copy_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a result for callbacks, nested values too (what a callback edits stays its own)."""
+    return {k: copy.deepcopy(v) if isinstance(v, (dict, list, set)) else v for k, v in result.items()}
 
 def _takes_info(searcher: Any) -> bool:
     """Whether the searcher's ``on_trial_complete`` takes extra keyword information (``**info``)."""

@@ -1,7 +1,8 @@
-"""Out-of-memory as a trial outcome of its own: recognising it, and the opt-in retry with a smaller config.
+"""The opt-in retry of an out-of-memory trial with a smaller config (``FailureConfig(oom_halve=...)``).
 
-Pure functions: the loop (``core/_loop.py``) calls them with a failure's message and traceback and with the
-trial's config. See ``docs/resources.md``.
+Whether a failure is an OOM is decided from its exception's types or the host's OOM-killer evidence, never from
+its words (:class:`~tuneplat.execution._failure.Failure`); :class:`~tuneplat.core._failure.FailurePolicy` calls
+:func:`shrink_config`. See ``docs/resources.md``.
 """
 
 from __future__ import annotations
@@ -10,36 +11,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["OOM", "failure_kind", "shrink_config"]
+from ..execution._failure import OOM
 
-#: the error kind of an out-of-memory failure (journal ``trial_failure.kind`` / ``trial_end.error_kind``)
-OOM = "oom"
-
-_MARKERS = (
-    "OutOfMemoryError",  # torch.cuda.OutOfMemoryError / torch.OutOfMemoryError
-    "CUDA out of memory",
-    "CUDA error: out of memory",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "HIP out of memory",
-    "MPS backend out of memory",
-    "MemoryError",  # the host ran out (Python's own MemoryError)
-    "killed by the kernel's OOM killer",  # a rank the host's OOM killer ended (execution/_host_oom.py's evidence)
-)
-
-
-def failure_kind(message: str | None, traceback: str | None = None) -> str | None:
-    """``"oom"`` when the failure is an out-of-memory error (GPU or host), else None.
-
-    Example:
-        >>> failure_kind("rank 0: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
-        'oom'
-        >>> failure_kind("rank 1 on tcp://10.0.0.2:4000 (host b) was killed by the kernel's OOM killer (...)")
-        'oom'
-        >>> failure_kind("rank 0: ValueError: bad lr") is None
-        True
-    """
-    text = f"{message or ''}\n{traceback or ''}"
-    return OOM if any(marker in text for marker in _MARKERS) else None
+__all__ = ["OOM", "shrink_config"]
 
 
 def _path(key: str) -> list[str]:

@@ -77,8 +77,6 @@ class Trial:
     world_sizes: list[tuple[int, int]] = field(default_factory=list)
     #: elastic groups: restarts because a worker was preempted (``FailureConfig.max_preemption_failures``)
     num_preemptions: int = 0
-    #: the trial failed in a way a retry cannot fix (a misspelt metric): no retries
-    no_retry: bool = False
     #: restore took its last result from its last checkpoint's metrics (the tuner died between the two journal
     #: lines): the resumed run journals it again, or the next restore would lose it
     recovered_result: bool = False
@@ -155,4 +153,5 @@ class RunState:
     decision: Decision | None = None  # STOP/PAUSE answered; the group is leaving
     stop_requested: Decision | None = None  # answer the next report with this
     abort_at: float | None = None  # not reported by then (after a stop request): abort its group
+    stop_reason: str | None = None  # why a stop was requested (the experiment is stopping)
     resumed_from_clone: bool = False  # started from a PBT clone: its iterations continue the source's

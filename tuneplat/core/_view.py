@@ -110,5 +110,7 @@ class TunerView:
         journal = self._loop.journal
         if journal is None:
             return False
-        journal.sync(force=True)
-        return True
+        try:
+            return journal.sync(force=True)
+        except OSError:  # its disk stayed full: the loop ends the experiment
+            return False

@@ -18,10 +18,24 @@ each side verifies the other against the cluster's CA.
 
 Before a peer has authenticated, the listener bounds what it can cost: frames
 of at most :data:`PREAUTH_MAX_FRAME` bytes, :data:`AUTH_TIMEOUT_S` to finish
-(TLS handshake included), at most :data:`MAX_PENDING` such connections (the
-oldest is shed for a new one), and running out of descriptors (``EMFILE``)
-sheds the oldest pending connection or pauses accepting briefly instead of
-failing the experiment.
+(TLS handshake included), at most :data:`MAX_PENDING` such connections *per
+source* (the local socket is one source, each TCP peer address another: a new
+connection sheds the oldest pending one of its own source, never another
+source's, and never an authenticated connection), at most
+:data:`ACCEPT_BATCH` accepts per turn of the loop (a flood of connections never
+holds up the frames of authenticated ones), and running out of descriptors
+(``EMFILE``) sheds the oldest pending connection or pauses accepting briefly
+instead of failing the experiment.
+
+The local socket admits only the tuner's own user: the kernel tells the peer's
+uid (``SO_PEERCRED``) at ``accept``, and a connection of another uid is closed
+before a byte of it is read. Its name is visible to every local user (in
+``/proc/net/unix``) but connecting to it gains them nothing.
+
+A token the tuner does not know (the trial ended) is answered with
+:data:`REFUSED` before closing, so a rank tells "the tuner does not want me"
+(it runs nothing) from "the connection was lost before authenticating" (it
+tries again with backoff, within its start deadline: :func:`connect_retrying`).
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ import errno
 import hashlib
 import hmac
 import logging
+import os
 import selectors
 import socket
 import ssl
@@ -39,19 +54,23 @@ from collections.abc import Callable
 from typing import Any
 
 from .._settings import env_seconds, env_str
-from ._wire import sendall
+from ._wire import max_report_bytes, sendall
 
 __all__ = [
+    "ACCEPT_BATCH",
     "AUTH_TIMEOUT_S",
     "MAX_PENDING",
     "PREAUTH_MAX_FRAME",
+    "REFUSED",
     "AuthError",
-    "TokenRefused",
     "Conn",
+    "HandshakeFailed",
     "Listener",
+    "TokenRefused",
     "TunerUnreachable",
     "connect",
     "connect_local",
+    "connect_retrying",
     "new_token",
     "parse_port_range",
     "token_id",
@@ -65,12 +84,17 @@ SECRET_BYTES = 16
 NONCE_BYTES = 16
 #: the largest frame a peer may send before it has authenticated (the three handshake frames are 32-48 bytes)
 PREAUTH_MAX_FRAME = 256
-#: the largest frame after authentication
-MAX_FRAME = 1 << 30
 #: seconds a peer has to complete the TLS handshake and the token exchange
 AUTH_TIMEOUT_S = env_seconds("TUNEPLAT_AUTH_TIMEOUT_S", 10)
-#: connections that have not authenticated yet, at most (the oldest is dropped for a new one)
+#: connections from one source (the local socket, or one TCP peer address) that have not authenticated yet, at
+#: most (the source's oldest is dropped for a new one)
 MAX_PENDING = 64
+#: connections that have not authenticated yet, from all sources together (the largest source sheds its oldest)
+MAX_PENDING_TOTAL = 256
+#: connections accepted per listening socket in one turn of the loop (then the loop serves the others)
+ACCEPT_BATCH = 64
+#: the tuner's answer to a token it does not know (the trial has ended or never was)
+REFUSED = b"GONE"
 #: how long the listener stops accepting when the process is out of descriptors and nothing can be shed
 _EMFILE_PAUSE_S = 0.5
 
@@ -89,6 +113,14 @@ class TokenRefused(AuthError):
 
 class TunerUnreachable(ConnectionError):
     """Ranks cannot open a connection to the tuner's result port (firewall, wrong address, tunnel)."""
+
+
+class HandshakeLost(ConnectionError):
+    """The connection closed (or stalled) before authentication finished; trying again may succeed."""
+
+
+class HandshakeFailed(ConnectionError):
+    """A rank could not authenticate with the tuner within its start deadline, trying again with backoff."""
 
 
 def new_token() -> bytes:
@@ -166,6 +198,9 @@ def _connect_local(name: str | None, timeout: float) -> socket.socket | None:
         sock.settimeout(timeout)
         sock.connect("\0" + name)
         return sock
+    except (TimeoutError, BlockingIOError) as exc:  # it is there, but its queue is full (a flood): try again
+        sock.close()
+        raise HandshakeLost(f"the tuner's local socket @{name} did not take the connection ({exc})") from None
     except OSError:  # another host, another network namespace, or no such socket: TCP it is
         sock.close()
         return None
@@ -200,13 +235,58 @@ def connect(address: tuple[str, int], token: bytes, ssl_context: ssl.SSLContext 
         if ssl_context is not None:
             try:
                 sock = ssl_context.wrap_socket(raw, server_side=False)
-            except (ssl.SSLError, OSError) as exc:
+            except ssl.SSLCertVerificationError as exc:
                 raise AuthError(f"TLS handshake with the tuner at {host}:{port}{where} failed: {exc}") from None
+            except (ssl.SSLError, OSError) as exc:  # reset, EOF, timeout: the connection was lost, not refused
+                raise HandshakeLost(f"TLS handshake with the tuner at {host}:{port}{where} was cut short: "
+                                    f"{type(exc).__name__}: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except BaseException:
         sock.close()
         raise
     return _authenticate(sock, token, f"the tuner at {host}:{port}", where)
+
+
+def connect_retrying(address: tuple[str, int], token: bytes, ssl_context: ssl.SSLContext | None = None,
+                     where: str = "", local: str | None = None, within_s: float = 90.0,
+                     timeout: float = 10.0) -> socket.socket:
+    """:func:`connect`, tried again with backoff while the connection is lost before authenticating.
+
+    A connection can be lost before it authenticated without the trial being
+    over: the tuner shed it (too many unauthenticated peers from its source),
+    its deadline passed on a loaded host, or the local socket's queue was
+    full. The rank tries again (0.05 s, doubling to 2 s, with jitter) until
+    ``within_s`` has passed (the tuner's start timeout: it gives up on the
+    group then).
+
+    Raises:
+        TokenRefused: the tuner said the trial has ended: the rank runs nothing.
+        AuthError: the peer is not the tuner that issued ``token``.
+        TunerUnreachable: no TCP connection at all (see :func:`connect`).
+        HandshakeFailed: no authenticated connection within ``within_s``; the message says what went wrong last.
+    """
+    import random
+
+    deadline = time.monotonic() + within_s
+    wait = 0.05
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return connect(address, token, ssl_context, timeout=timeout, where=where, local=local)
+        except (AuthError, TunerUnreachable):  # refused, an impostor, or no route: trying again changes nothing
+            raise
+        except (ConnectionError, OSError) as exc:  # HandshakeLost, a reset, a timeout, a full accept queue
+            last: Exception = exc
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise HandshakeFailed(
+                f"could not authenticate with the tuner{where} in {tries} tries over {within_s:.0f}s: "
+                f"{type(last).__name__}: {last}. Its connections were lost before authenticating: the tuner's "
+                "host is overloaded or its port is flooded (TUNEPLAT_START_TIMEOUT_S bounds how long a rank "
+                "tries)") from None
+        time.sleep(min(left, wait * (0.5 + random.random())))  # noqa: S311 - jitter, not a secret
+        wait = min(wait * 2, 2.0)
 
 
 def _authenticate(sock: socket.socket, token: bytes, peer: str, where: str) -> socket.socket:
@@ -219,14 +299,22 @@ def _authenticate(sock: socket.socket, token: bytes, peer: str, where: str) -> s
         _send_raw(sock, MAGIC + tid + nonce_r)
         try:
             reply = _recv_raw(sock)
-        except (ConnectionError, OSError) as exc:
-            raise TokenRefused(f"{peer} refused this rank's token ({exc}): the trial was "
-                               "probably ended already") from None
+        except AuthError:
+            raise
+        except (ConnectionError, OSError) as exc:  # closed, reset or timed out: not an answer
+            raise HandshakeLost(f"the connection to {peer} was lost before authenticating ({type(exc).__name__}: "
+                                f"{exc})") from None
+        if reply == REFUSED:
+            raise TokenRefused(f"{peer} refused this rank's token: the trial has ended")
         nonce_t, proof = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
         if len(nonce_t) != NONCE_BYTES or not hmac.compare_digest(proof, _mac(secret, b"tuner", nonce_r, nonce_t)):
             raise AuthError(f"the process answering as {peer} is not the tuner that started this trial "
                             "(it does not know the trial's token)")
-        _send_raw(sock, _mac(secret, b"rank", nonce_t, nonce_r))
+        try:
+            _send_raw(sock, _mac(secret, b"rank", nonce_t, nonce_r))
+        except OSError as exc:
+            raise HandshakeLost(f"the connection to {peer} was lost before authenticating ({type(exc).__name__}: "
+                                f"{exc})") from None
         sock.settimeout(None)
     except BaseException:
         sock.close()
@@ -239,10 +327,11 @@ class Conn:
     """One accepted connection: its socket, its read buffer and how far authentication got."""
 
     __slots__ = ("sock", "buf", "tls", "handshaken", "state", "deadline", "secret", "nonce_r", "nonce_t",
-                 "peer", "group", "rank", "opened")
+                 "peer", "group", "rank", "opened", "source")
 
-    def __init__(self, sock: socket.socket, tls: bool) -> None:
+    def __init__(self, sock: socket.socket, tls: bool, source: str = "") -> None:
         self.sock = sock
+        self.source = source  # "local", or the TCP peer's address: its pre-authentication budget
         self.buf = bytearray()
         self.tls = tls
         self.handshaken = not tls
@@ -283,9 +372,15 @@ class Listener:
         self.selector = selector
         self.ssl_context = ssl_context
         self.lookup = lookup
+        #: the largest frame an authenticated rank may send (``TUNEPLAT_MAX_REPORT_BYTES``; ranks check it first)
+        self.max_frame = max_report_bytes()
         self.pending: dict[Conn, None] = {}  # unauthenticated connections, oldest first
+        self._by_source: dict[str, dict[Conn, None]] = {}  # the same, per source, oldest first
         self.paused_until: float | None = None
         self.shed = 0
+        #: connections to the local socket from another user, closed before reading from them
+        self.refused_uid = 0
+        self.uid = os.getuid() if hasattr(os, "getuid") else -1
         self.sock = _bind(host, ports)
         self.sock.setblocking(False)
         self.address: tuple[str, int] = (host, self.sock.getsockname()[1])
@@ -307,9 +402,9 @@ class Listener:
             self._accept(self.local_sock, tcp=False)
 
     def _accept(self, listening: socket.socket, tcp: bool) -> None:
-        while True:
+        for _ in range(ACCEPT_BATCH):  # (more wait: the selector reports the socket ready again next turn)
             try:
-                sock, _ = listening.accept()
+                sock, addr = listening.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -325,7 +420,12 @@ class Listener:
                     continue
                 logger.warning("tuneplat: accept() on the tuner's port failed: %s", exc)
                 return
+            if not tcp and not self._same_user(sock):
+                self.refused_uid += 1
+                sock.close()  # another user: not a byte of it is read
+                continue
             tls = tcp and self.ssl_context is not None
+            source = addr[0] if tcp and isinstance(addr, tuple) else "local"
             try:
                 sock.setblocking(False)
                 if tcp:
@@ -336,14 +436,29 @@ class Listener:
             except OSError:
                 sock.close()
                 continue
-            if len(self.pending) >= MAX_PENDING:
-                self._shed_oldest()
-            conn = Conn(sock, tls)
+            mine = self._by_source.setdefault(source, {})
+            if len(mine) >= MAX_PENDING:
+                self._shed_oldest(mine)  # a source crowds out only itself
+            elif len(self.pending) >= MAX_PENDING_TOTAL:
+                self._shed_oldest(max(self._by_source.values(), key=len))
+            conn = Conn(sock, tls, source)
             self.pending[conn] = None
+            mine[conn] = None
             self.selector.register(sock, selectors.EVENT_READ, conn)
 
-    def _shed_oldest(self) -> None:
-        oldest = next(iter(self.pending))
+    def _same_user(self, sock: socket.socket) -> bool:
+        """Whether the peer of a local-socket connection runs as the tuner's uid (``SO_PEERCRED``)."""
+        peercred = getattr(socket, "SO_PEERCRED", None)
+        if peercred is None:
+            return True  # (no local socket without Linux)
+        try:
+            _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
+        except OSError:
+            return False
+        return uid == self.uid
+
+    def _shed_oldest(self, among: dict[Conn, None] | None = None) -> None:
+        oldest = next(iter(among if among else self.pending))
         self.shed += 1
         self.close_conn(oldest)
 
@@ -425,7 +540,7 @@ class Listener:
         end = len(buf)
         while end - start >= _LEN.size:
             (n,) = _LEN.unpack_from(buf, start)
-            if n > (MAX_FRAME if conn.state == 2 else PREAUTH_MAX_FRAME):
+            if n > (self.max_frame if conn.state == 2 else PREAUTH_MAX_FRAME):
                 raise _Closed()
             if end - start < _LEN.size + n:
                 break
@@ -448,8 +563,12 @@ class Listener:
             if len(frame) != len(MAGIC) + ID_BYTES + NONCE_BYTES or not frame.startswith(MAGIC):
                 raise _Closed()
             found = self.lookup(frame[len(MAGIC):len(MAGIC) + ID_BYTES])
-            if found is None:
-                raise _Closed()  # unknown or ended trial: unpickle nothing from it
+            if found is None:  # unknown or ended trial: say so (the rank then runs nothing), unpickle nothing
+                try:
+                    send_frame(conn.sock, REFUSED)
+                except OSError:
+                    pass
+                raise _Closed()
             conn.secret, conn.peer = found
             conn.nonce_r = frame[len(MAGIC) + ID_BYTES:]
             conn.nonce_t = secrets.token_bytes(NONCE_BYTES)
@@ -464,11 +583,19 @@ class Listener:
                 raise _Closed()
             conn.state = 2
             conn.secret = b""
-            self.pending.pop(conn, None)
+            self._forget_pending(conn)
 
     # ---------------------------------------------------------------- closing
+    def _forget_pending(self, conn: Conn) -> None:
+        if self.pending.pop(conn, 0) is None:
+            mine = self._by_source.get(conn.source)
+            if mine is not None:
+                mine.pop(conn, None)
+                if not mine:
+                    del self._by_source[conn.source]
+
     def close_conn(self, conn: Conn) -> None:
-        self.pending.pop(conn, None)
+        self._forget_pending(conn)
         try:
             self.selector.unregister(conn.sock)
         except (KeyError, ValueError):
@@ -520,7 +647,7 @@ def _bind_local() -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind("\0tuneplat-" + secrets.token_hex(12))
-        sock.listen(128)
+        sock.listen(1024)  # (the kernel caps it at net.core.somaxconn)
     except OSError:
         sock.close()
         return None

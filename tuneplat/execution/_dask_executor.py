@@ -41,6 +41,7 @@ from ._executor import (
     Starved,
     TrialSpec,
 )
+from ._failure import INVALID, Failure
 from ._forensics import _Forensics, _why
 from ._gpu_memory import GPU_MEMORY, as_gpu_share, device_memory_bytes
 from ._groups import _GroupLifecycle
@@ -366,7 +367,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         """The loop found the trial's result invalid (a missing metric): end it as a failure."""
         group = self.groups.get(trial_id)
         if group is not None:
-            self._fail_group(group, message)
+            self._fail_group(group, message, None, Failure(INVALID, message=message))
             for r in group.ranks:
                 self._send(r, proto.Abort(message))
 
@@ -456,6 +457,12 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         """
         futures = list(self._deps)
         self._deps = ()
+        release_bound = getattr(self.trainable, "_tuneplat_release", None)
+        if release_bound is not None:  # what the trainable's bind persisted (TorchTrainer's datasets)
+            try:
+                release_bound()
+            except Exception:  # noqa: BLE001 - closing anyway
+                logger.debug("tuneplat: releasing the trainable's data failed", exc_info=True)
         for group in list(self.groups.values()):
             futures += [r.future for r in group.ranks]
         futures += [rank.future for _group, rank in self.task_owner.values()]

@@ -21,6 +21,7 @@ from ._executor import (
     ExecutorContext,
     TrialExecutor,
 )
+from ._failure import Failure
 from ._observe import WorkerBoard
 from ._placement import Assignment, Ledger
 
@@ -66,6 +67,7 @@ class _Group:
     saves: dict[int, set[int]] = field(default_factory=dict)  # iteration -> ranks that staged its late checkpoint
     rendezvous: proto.Rendezvous | None = None  # rank 0's store, for ranks that connect later
     failure: tuple[str, str | None] | None = None
+    failure_info: Failure | None = None  # the first failure, typed
     aborted: bool = False
     abort_reason: str | None = None
     ended: bool = False
@@ -189,7 +191,8 @@ class _DaskState(TrialExecutor):
     def _drop_conn(self, conn: Conn) -> None:
         raise NotImplementedError
 
-    def _fail_group(self, group: _Group, message: str, tb: str | None = None) -> None:
+    def _fail_group(self, group: _Group, message: str, tb: str | None = None,
+                    failure: Failure | None = None) -> None:
         raise NotImplementedError
 
     def _forget_rank(self, rank: _Rank) -> None:

@@ -24,6 +24,8 @@ from typing import Any
 
 from schedulers import Decision
 
+from ._failure import Failure
+
 __all__ = [
     "Ended",
     "Event",
@@ -168,6 +170,8 @@ class Ended:
     world_size: int | None = None
     #: RESIZED because a worker of the group was preempted (counts against ``FailureConfig.max_preemption_failures``)
     preempted: bool = False
+    #: FAILED: why, typed (its kind from the exception's types or the host's evidence)
+    failure: Failure | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from ._executor import (
     RankFailed,
     Started,
 )
+from ._failure import ERROR, Failure
 from ._observe import rank_row
 
 __all__ = ["_GroupLifecycle"]
@@ -109,9 +110,12 @@ class _GroupLifecycle(_DaskState):
         self._release(rank)
         self._refresh_ledger()
 
-    def _fail_group(self, group: _Group, message: str, tb: str | None = None) -> None:
+    def _fail_group(self, group: _Group, message: str, tb: str | None = None,
+                    failure: Failure | None = None) -> None:
+        """The group failed (its first failure counts): ``failure`` says how, typed (default: an error)."""
         if group.failure is None:
             group.failure = (message, tb)
+            group.failure_info = failure if failure is not None else Failure(ERROR, message=message)
             self._events.append(RankFailed(group.trial_id, group.attempt, message))
         self._abort_group(group, "another rank of this trial failed")
 
@@ -170,8 +174,14 @@ class _GroupLifecycle(_DaskState):
                                     None)
         elif group.aborted:
             outcome, message, tb = Outcome.ABORTED, group.abort_reason, None
+        elif any(not r.ever_connected for r in group.ranks):  # never "finished" without every rank having run
+            never = [r.index for r in group.ranks if not r.ever_connected]
+            outcome, message, tb = Outcome.FAILED, (
+                f"rank(s) {never} never connected to the tuner (their tasks ended before authenticating; "
+                "the Dask workers' logs say why)"), None
         else:
             outcome, message, tb = Outcome.FINISHED, None, None
         self._events.append(Ended(group.trial_id, outcome, message, tb, world_size=len(group.ranks),
-                                  preempted=outcome is Outcome.RESIZED and group.preempted is not None))
+                                  preempted=outcome is Outcome.RESIZED and group.preempted is not None,
+                                  failure=group.failure_info if outcome is Outcome.FAILED else None))
         self._serve_leases()  # slots were freed: waiting nested groups first

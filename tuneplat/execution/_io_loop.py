@@ -18,6 +18,7 @@ from ._executor import (
     Saved,
     Started,
 )
+from ._failure import INVALID, LOST, OOM, Failure
 from ._forensics import _process_gone
 
 __all__ = ["_IOLoop"]
@@ -110,8 +111,10 @@ class _IOLoop(_DaskState):
                     self.ledger.quarantine(conn.rank.assignment.address, pid=conn.rank.pid)
                     oom = self._oom_killed(conn.rank)
                     where = f"rank {conn.rank.index} on {conn.rank.assignment.address}"
-                    self._fail_group(conn.group, f"{where} (host {conn.rank.hostname}) was {oom}" if oom else
-                                     f"{where} lost its connection (its process or Dask worker died)")
+                    text = (f"{where} (host {conn.rank.hostname}) was {oom}" if oom else
+                            f"{where} lost its connection (its process or Dask worker died)")
+                    self._fail_group(conn.group, text, None, Failure(
+                        OOM if oom else LOST, (), conn.rank.index, conn.rank.hostname, text))
                     self._forget_rank(conn.rank)
                 self._maybe_end_group(conn.group)
             return
@@ -138,7 +141,8 @@ class _IOLoop(_DaskState):
         if group is None or conn.rank is None:
             self._drop_conn(conn)
             return
-        self._fail_group(group, f"{who}: {problem}")
+        self._fail_group(group, f"{who}: {problem}", None,
+                         Failure(INVALID, (), conn.rank.index, conn.rank.hostname, f"{who}: {problem}"))
         self._maybe_end_group(group)
 
     def _send(self, rank: _Rank, msg: proto.Message) -> None:
@@ -238,7 +242,9 @@ class _IOLoop(_DaskState):
         elif isinstance(msg, proto.Error):
             rank.finished = "error"
             rank.offers_next = msg.chainable
-            self._fail_group(group, f"rank {rank.index}: {msg.message}", msg.traceback)
+            text = f"rank {rank.index}: {msg.message}"
+            self._fail_group(group, text, msg.traceback, Failure.of_types(
+                [str(t) for t in msg.types], text, rank.index, rank.hostname))
             self._maybe_end_group(group)
 
     def _drain_wake_events(self) -> None:
@@ -295,9 +301,10 @@ class _IOLoop(_DaskState):
                 rank.finished = "error"
                 tb = "".join(traceback.format_exception(exc)) if exc else None
                 oom = self._oom_killed(rank) if type(exc).__name__ == "KilledWorker" and rank.ever_connected else None
-                self._fail_group(group, f"rank {rank.index} on {rank.assignment.address} (host {rank.hostname}) was "
-                                        f"{oom}" if oom else
-                                 f"rank {rank.index} failed on its Dask worker: {type(exc).__name__}: {exc}", tb)
+                text = (f"rank {rank.index} on {rank.assignment.address} (host {rank.hostname}) was {oom}" if oom else
+                        f"rank {rank.index} failed on its Dask worker: {type(exc).__name__}: {exc}")
+                self._fail_group(group, text, tb, Failure(OOM, (), rank.index, rank.hostname, text) if oom else
+                                 Failure.of_exception(exc, text, rank.index, rank.hostname))
             elif rank.finished is None:
                 rank.finished = "dead" if fut is not None and fut.status == "cancelled" else "done"
             self._maybe_end_group(group)

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from schedulers import Decision
 
 from .._annotations import isinstance_types
-from ._wire import recv_msg, send_msg
+from ._wire import MAX_FRAME, recv_msg, send_msg
 
 __all__ = [
     "Abort", "Answer", "Bye", "Done", "Error", "Go", "Hello", "Lease", "Leased", "Message", "Next", "Ping",
@@ -202,6 +202,8 @@ class Error(Message):
     message: str
     traceback: str
     chainable: bool = False
+    #: the exception's qualified type names, most specific first (its MRO): the tuner's classification reads these
+    types: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------- tuner -> rank
@@ -291,9 +293,13 @@ def from_tuner(msg: Any) -> Message:
     return _decode(msg, TUNER_MESSAGES, "the tuner")
 
 
-def send(sock: socket.socket, message: Message) -> None:
-    """Send ``message`` on an authenticated connection (the frames of :func:`~tuneplat.execution._wire.send_msg`)."""
-    send_msg(sock, message.to_wire())
+def send(sock: socket.socket, message: Message, limit: int = MAX_FRAME) -> None:
+    """Send ``message`` on an authenticated connection (the frames of :func:`~tuneplat.execution._wire.send_msg`).
+
+    Raises:
+        ReportTooLarge: it pickles to more than ``limit`` bytes (nothing is sent).
+    """
+    send_msg(sock, message.to_wire(), limit)
 
 
 def recv_from_tuner(sock: socket.socket) -> Message:

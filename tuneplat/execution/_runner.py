@@ -21,7 +21,8 @@ from ..train._backend import Backend, RankGroup
 from ..train._session import Heartbeat, RankSpec, Session, StopTrial, TrialAborted, TrialRequeued, _set_session
 from . import _protocol as proto
 from . import _stacks
-from ._channel import TokenRefused, connect, connect_local
+from ._channel import TokenRefused, connect_retrying
+from ._failure import exception_types
 from ._host_oom import oom_baseline
 from ._trial_io import apply_trial_io
 
@@ -307,7 +308,8 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
         trainable = trainable._tuneplat_resolve(*deps)  # type: ignore[attr-defined]
     try:
         sock = connect_tuner(spec.tuner_addr, spec.token, spec.channel_tls, f" from rank {spec.rank} of trial "
-                             f"{spec.trial_id} on {socket.gethostname()} ({spec.host})", local=spec.tuner_local)
+                             f"{spec.trial_id} on {socket.gethostname()} ({spec.host})", local=spec.tuner_local,
+                             within_s=spec.connect_within_s)
     except TokenRefused:  # the tuner ended this trial before the rank connected: it runs nothing
         return "not started"
     # (its memory cgroup's OOM-kill count now: if the kernel's OOM killer ends this process, the tuner can tell)
@@ -380,14 +382,12 @@ def channel_client_context(tls: bool, worker: Any = None) -> Any:
 
 
 def connect_tuner(addr: tuple[str, int], token: bytes, tls: bool, where: str = "",
-                  local: str | None = None) -> socket.socket:
+                  local: str | None = None, within_s: float = 90.0) -> socket.socket:
     """An authenticated connection to the tuner: its local socket when this rank is on the tuner's host
-    (``local``), else TCP (TLS with this worker's certificates when ``tls``)."""
-    near = connect_local(local, token, where)
-    if near is not None:
-        return near
-    return connect(tuple(addr), token, channel_client_context(tls), timeout=CONNECT_TIMEOUT_S,  # type: ignore[arg-type]
-                   where=where)
+    (``local``), else TCP (TLS with this worker's certificates when ``tls``); a connection lost before it
+    authenticated is tried again with backoff for ``within_s`` (:func:`~._channel.connect_retrying`)."""
+    return connect_retrying(tuple(addr), token, channel_client_context(tls), where=where,  # type: ignore[arg-type]
+                            local=local, within_s=within_s, timeout=CONNECT_TIMEOUT_S)
 
 
 def _fresh_copies(trainable: Callable[..., Any], deps: tuple[Any, ...]) -> Callable[[], Callable[..., Any]] | None:
@@ -493,7 +493,8 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
         outcome = "error"
         # a Python exception leaves the process healthy; SystemExit, KeyboardInterrupt & co. end the task
         chainable = chainable and isinstance(exc, Exception) and not _others_wait()
-        idle = _send(session, proto.Error(f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable)) and chainable
+        idle = _send(session, proto.Error(f"{type(exc).__name__}: {exc}", traceback.format_exc(), chainable,
+                                               exception_types(exc))) and chainable
     finally:
         for cleanup in session.cleanups:
             try:

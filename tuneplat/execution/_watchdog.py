@@ -9,6 +9,7 @@ from ._dask_state import TASK_LOST_GRACE_S, _DaskState, _Group, _Rank
 from ._executor import (
     Starved,
 )
+from ._failure import HUNG, LOST, Failure
 
 __all__ = ["_Watchdog"]
 
@@ -68,11 +69,12 @@ class _Watchdog(_DaskState):
                 for r in g.ranks:
                     if r.conn is None and not r.finished:
                         self.ledger.quarantine(r.assignment.address)  # until it leaves or restarts
-                self._fail_group(g, f"rank(s) {missing} did not start within {self.start_timeout_s:.0f}s of being "
-                                    "placed. Look at the Dask workers' logs: a worker that cannot import the "
-                                    "trainable's module logs 'Failed to deserialize' (install your code where the "
-                                    "workers run, or set PYTHONPATH for them); a dead worker is replaced by its "
-                                    "nanny. TUNEPLAT_START_TIMEOUT_S sets this limit")
+                text = (f"rank(s) {missing} did not start within {self.start_timeout_s:.0f}s of being "
+                        "placed. Look at the Dask workers' logs: a worker that cannot import the "
+                        "trainable's module logs 'Failed to deserialize' (install your code where the "
+                        "workers run, or set PYTHONPATH for them); a dead worker is replaced by its "
+                        "nanny. TUNEPLAT_START_TIMEOUT_S sets this limit")
+                self._fail_group(g, text, None, Failure(LOST, (), missing[0] if missing else None, None, text))
                 for r in g.ranks:
                     if r.conn is None and not r.finished:
                         r.finished = "dead"
@@ -85,9 +87,9 @@ class _Watchdog(_DaskState):
                 if (r.task_lost_at is not None and not r.finished and g.preempted is None
                         and now - r.task_lost_at > TASK_LOST_GRACE_S):
                     r.finished = "dead"
-                    self._fail_group(g, f"rank {r.index} on {r.assignment.address}: its Dask worker left the "
-                                        f"cluster (KilledWorker) and no preemption notice came within "
-                                        f"{TASK_LOST_GRACE_S:g}s")
+                    text = (f"rank {r.index} on {r.assignment.address}: its Dask worker left the cluster "
+                            f"(KilledWorker) and no preemption notice came within {TASK_LOST_GRACE_S:g}s")
+                    self._fail_group(g, text, None, Failure(LOST, (), r.index, r.hostname, text))
                     if r.channel is not None:
                         self._drop_conn(r.channel)
                     r.conn = None
@@ -101,9 +103,10 @@ class _Watchdog(_DaskState):
                 if r.started_ack:
                     stacks = self._capture(g, f"rank {r.index} hung", silent=[r])
                     r.finished = "dead"
-                    self._fail_group(g, f"rank {r.index} on {r.assignment.address} sent nothing for {silent:.0f}s "
-                                        f"(hung or stopped, e.g. SIGSTOP; TUNEPLAT_HEARTBEAT_TIMEOUT_S="
-                                        f"{self.hang_timeout_s:g}); its worker process is restarted{stacks}")
+                    text = (f"rank {r.index} on {r.assignment.address} sent nothing for {silent:.0f}s "
+                            f"(hung or stopped, e.g. SIGSTOP; TUNEPLAT_HEARTBEAT_TIMEOUT_S="
+                            f"{self.hang_timeout_s:g}); its worker process is restarted{stacks}")
+                    self._fail_group(g, text, None, Failure(HUNG, (), r.index, r.hostname, text))
                 else:  # a chained rank whose runner never took it (stuck after its previous trial)
                     r.finished = "lost"
                     g.lost_before_start = True
@@ -144,10 +147,11 @@ class _Watchdog(_DaskState):
                 continue
             stacks = self._capture(g, "report timeout")
             names = ", ".join(str(r.index) for r in missing)
-            self._fail_group(g, f"rank(s) {names} did not reach report() of iteration {iteration} within "
-                                f"{self.report_timeout_s:g}s of rank(s) {sorted(arrived)} (a deadlock, or a rank far "
-                                f"slower than the others; TUNEPLAT_REPORT_TIMEOUT_S sets this limit); their worker "
-                                f"processes are restarted{stacks}")
+            text = (f"rank(s) {names} did not reach report() of iteration {iteration} within "
+                    f"{self.report_timeout_s:g}s of rank(s) {sorted(arrived)} (a deadlock, or a rank far "
+                    f"slower than the others; TUNEPLAT_REPORT_TIMEOUT_S sets this limit); their worker "
+                    f"processes are restarted{stacks}")
+            self._fail_group(g, text, None, Failure(HUNG, (), missing[0].index, missing[0].hostname, text))
             for r in missing:
                 r.finished = "dead"
                 if r.channel is not None:

@@ -15,10 +15,42 @@ import struct
 import time
 from typing import Any
 
-__all__ = ["FrameReader", "recv_msg", "send_msg", "sendall"]
+__all__ = ["FrameReader", "ReportTooLarge", "max_report_bytes", "recv_msg", "send_msg", "sendall"]
 
 _LEN = struct.Struct("!I")
+#: the largest message (pickled) between a rank and the tuner, unless ``TUNEPLAT_MAX_REPORT_BYTES`` says otherwise
 MAX_FRAME = 1 << 30
+#: what a 4-byte length can say
+_FRAME_CEILING = (1 << 32) - 1
+
+
+class ReportTooLarge(ValueError):
+    """A message to the tuner is over the frame limit; the message names its size, the limit and the setting."""
+
+
+def max_report_bytes() -> int:
+    """``TUNEPLAT_MAX_REPORT_BYTES``: the largest message a rank may send the tuner (1 GiB by default)."""
+    import os
+
+    raw = os.environ.get("TUNEPLAT_MAX_REPORT_BYTES", "").strip()
+    if not raw:
+        return MAX_FRAME
+    try:
+        value = int(float(raw))
+    except ValueError:
+        value = -1
+    if not 0 < value <= _FRAME_CEILING:
+        raise ValueError(f"TUNEPLAT_MAX_REPORT_BYTES={raw!r} must be a number of bytes from 1 to {_FRAME_CEILING} "
+                         f"(default {MAX_FRAME}); unset it for the default")
+    return value
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} GiB"
 #: how long the tuner waits for a peer that does not read before giving up on a send
 SEND_TIMEOUT_S = 30.0
 
@@ -61,8 +93,15 @@ def _dumps(msg: Any) -> bytes:
     return data
 
 
-def send_msg(sock: socket.socket, msg: Any) -> None:
+def send_msg(sock: socket.socket, msg: Any, limit: int = MAX_FRAME) -> None:
+    """Send one message; :class:`ReportTooLarge` (nothing sent) when it pickles to more than ``limit`` bytes."""
     data = _dumps(msg)
+    if len(data) > limit:
+        what = f"a {msg[0]!r} message" if isinstance(msg, tuple) and msg and isinstance(msg[0], str) else "a message"
+        raise ReportTooLarge(
+            f"{what} to the tuner is {_size(len(data))} ({len(data)} bytes) pickled, over the limit of "
+            f"{_size(limit)} ({limit} bytes): report smaller metrics (save large objects in a checkpoint), or raise "
+            "the limit with TUNEPLAT_MAX_REPORT_BYTES in the tuner's environment")
     sendall(sock, _LEN.pack(len(data)) + data)
 
 

@@ -38,12 +38,13 @@ Nested keys become Optuna parameter names joined with ``"/"`` (``{"opt":
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -551,7 +552,9 @@ class OptunaSearch(Searcher):
             from optuna.storages.journal import JournalFileBackend
 
             os.makedirs(experiment_dir, exist_ok=True)
-            self._storage = JournalStorage(JournalFileBackend(os.path.join(os.fspath(experiment_dir), JOURNAL_FILE)))
+            journal = os.path.join(os.fspath(experiment_dir), JOURNAL_FILE)
+            with _names_damaged(journal, "Optuna's journal of this experiment's study"):
+                self._storage = JournalStorage(JournalFileBackend(journal))
         else:
             self._storage = optuna.storages.InMemoryStorage()
         existing = 0
@@ -561,7 +564,8 @@ class OptunaSearch(Searcher):
             except KeyError:
                 study_id = None
             if study_id is not None and resume:
-                existing = len(self._storage.get_all_trials(study_id, deepcopy=False))
+                with _names_damaged(journal, "Optuna's journal of this experiment's study"):
+                    existing = len(self._storage.get_all_trials(study_id, deepcopy=False))
             elif study_id is not None:
                 warnings.warn(f"{os.path.join(os.fspath(experiment_dir), JOURNAL_FILE)} already holds study "
                               f"{self._study_name!r} and resume is False: starting a new study (the old one is "
@@ -867,12 +871,13 @@ class OptunaSearch(Searcher):
         from optuna.distributions import json_to_distribution
 
         frozen = []
-        for t in state.get("trials", []):
-            frozen.append(optuna.trial.create_trial(
-                state=TrialState[t["state"]], values=t.get("values"), params=t["params"],
-                distributions={k: json_to_distribution(d) for k, d in t["distributions"].items()},
-                intermediate_values={int(k): v for k, v in (t.get("intermediate_values") or {}).items()},
-                user_attrs=t.get("user_attrs") or {}))
+        with _names_damaged(path, "a file written by OptunaSearch.save()"):
+            for t in state.get("trials", []):
+                frozen.append(optuna.trial.create_trial(
+                    state=TrialState[t["state"]], values=t.get("values"), params=t["params"],
+                    distributions={k: json_to_distribution(d) for k, d in t["distributions"].items()},
+                    intermediate_values={int(k): v for k, v in (t.get("intermediate_values") or {}).items()},
+                    user_attrs=t.get("user_attrs") or {}))
         self._add_warm(frozen)
 
     def restore_from_dir(self, checkpoint_dir: str) -> None:
@@ -890,10 +895,11 @@ class OptunaSearch(Searcher):
             raise FileNotFoundError(f"{folder} has no {JOURNAL_FILE}: give the folder of an experiment that ran "
                                     "OptunaSearch (storage_path/name), or a file written by OptunaSearch.save() "
                                     "to restore()")
-        old = optuna.load_study(study_name=STUDY_NAME, storage=JournalStorage(JournalFileBackend(journal)))
-        finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        with _names_damaged(journal, "Optuna's journal of that experiment's study"):
+            old = optuna.load_study(study_name=STUDY_NAME, storage=JournalStorage(JournalFileBackend(journal)))
+            done = old.get_trials(deepcopy=True, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
         trials = []
-        for t in old.get_trials(deepcopy=True, states=finished):
+        for t in done:
             attrs = {k: v for k, v in t.user_attrs.items() if k != TRIAL_ID_ATTR}
             trials.append(optuna.trial.create_trial(
                 state=t.state, values=t.values, params=t.params, distributions=t.distributions,
@@ -1027,3 +1033,15 @@ class OptunaPrunerScheduler(TrialScheduler):
         trial = self._trials.get(trial_id)
         if trial is not None:
             self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+
+
+@contextlib.contextmanager
+def _names_damaged(path: str, what: str) -> Iterator[None]:
+    """Errors reading ``path`` (damaged, truncated, edited) become a ValueError naming the file and what it is."""
+    try:
+        yield
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, AssertionError) as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, (UnicodeError,)) and exc.filename:
+            raise  # (an OSError already names its file)
+        raise ValueError(f"{path}: cannot read {what}: it is damaged ({type(exc).__name__}: {exc}). Restore it "
+                         "from a backup, or move it aside (the search then starts without that state)") from exc

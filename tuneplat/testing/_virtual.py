@@ -82,6 +82,7 @@ from ..execution._executor import (
     TrialExecutor,
     TrialSpec,
 )
+from ..execution._failure import INVALID, Failure, exception_types
 from ..execution._trial_io import apply_trial_io
 from ..storage._storage import CheckpointStore, LocalCheckpointStore
 from ..train._session import RankSpec, Session, StopTrial, TrialAborted, _current_session, _set_session
@@ -610,12 +611,12 @@ class VirtualTimeExecutor(TrialExecutor):
         if tt is not None:
             self._ready.append(RankFailed(trial_id, tt.spec.attempt, message))
             self._unwind(tt, message)
-            self._end_thread(tt, Outcome.FAILED, message)
+            self._end_thread(tt, Outcome.FAILED, message, failure=Failure(INVALID, message=message))
             return
         vt = self._trials.get(trial_id)
         if vt is not None:
             self._ready.append(RankFailed(trial_id, vt.spec.attempt, message))
-            self._end(vt, Outcome.FAILED, message)
+            self._end(vt, Outcome.FAILED, message, failure=Failure(INVALID, message=message))
 
     def poll(self, timeout: float | None) -> list[Event]:
         if self._ready:
@@ -738,7 +739,8 @@ class VirtualTimeExecutor(TrialExecutor):
         except TrialAborted:
             return ("end", "aborted", None, None)
         except BaseException as exc:  # noqa: BLE001 - every failure goes to the tuner, as from a Dask worker
-            return ("end", "error", f"rank 0: {type(exc).__name__}: {exc}", traceback.format_exc())
+            return ("end", "error", f"rank 0: {type(exc).__name__}: {exc}", traceback.format_exc(),
+                    exception_types(exc))
         finally:
             for cleanup in session.cleanups:
                 try:
@@ -808,10 +810,10 @@ class VirtualTimeExecutor(TrialExecutor):
             delay = hint if hint is not None else (0.0 if tt.slept else self.iteration_s)
             self._schedule(tt, max(0.0, delay), ("deliver", out))
         elif kind == "end":
-            _, how, message, tb = out
+            _, how, message, tb = out[:4]
             if how == "error":
                 self._ready.append(RankFailed(tt.spec.trial_id, tt.spec.attempt, message))
-                self._end_thread(tt, Outcome.FAILED, message, tb)
+                self._end_thread(tt, Outcome.FAILED, message, tb, Failure.of_types(out[4], message, 0))
             elif how == "aborted":
                 self._end_thread(tt, Outcome.ABORTED, "the trial's group is being torn down")
             else:
@@ -840,7 +842,8 @@ class VirtualTimeExecutor(TrialExecutor):
                 break
             # it caught the abort and went on (a bare except): every later report or sleep raises again
 
-    def _end_thread(self, tt: _TTrial, outcome: Outcome, message: str | None = None, tb: str | None = None) -> None:
+    def _end_thread(self, tt: _TTrial, outcome: Outcome, message: str | None = None, tb: str | None = None,
+                    failure: Failure | None = None) -> None:
         if self._threads.pop(tt.spec.trial_id, None) is None:
             return
         tt.seq += 1  # cancels what was scheduled for it
@@ -848,7 +851,7 @@ class VirtualTimeExecutor(TrialExecutor):
         self._free_memory(tt.spec.trial_id)
         if tt.runner is not None and tt.done:
             self._idle.append(tt.runner)  # its thread waits for the next trial
-        self._ready.append(Ended(tt.spec.trial_id, outcome, message, tb))
+        self._ready.append(Ended(tt.spec.trial_id, outcome, message, tb, failure=failure))
 
     # ------------------------------------------------------------------ learning curves
     def _advance(self, vt: _VTrial, delay: float) -> None:
@@ -900,11 +903,12 @@ class VirtualTimeExecutor(TrialExecutor):
         message = f"rank 0: {type(exc).__name__}: {exc}"
         tb = "".join(traceback.format_exception(exc))
         self._ready.append(RankFailed(vt.spec.trial_id, vt.spec.attempt, message))
-        self._end(vt, Outcome.FAILED, message, tb)
+        self._end(vt, Outcome.FAILED, message, tb, Failure.of_exception(exc, message, 0))
 
-    def _end(self, vt: _VTrial, outcome: Outcome, message: str | None = None, tb: str | None = None) -> None:
+    def _end(self, vt: _VTrial, outcome: Outcome, message: str | None = None, tb: str | None = None,
+             failure: Failure | None = None) -> None:
         if self._trials.pop(vt.spec.trial_id, None) is None:
             return
         vt.seq += 1  # cancels its scheduled report
         self._free_memory(vt.spec.trial_id)
-        self._ready.append(Ended(vt.spec.trial_id, outcome, message, tb))
+        self._ready.append(Ended(vt.spec.trial_id, outcome, message, tb, failure=failure))

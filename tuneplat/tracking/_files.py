@@ -7,6 +7,9 @@ process of its own (the loop only sends each result down a pipe):
 - ``progress.csv``: one row per result, nested keys flattened with ``/``; the
   header is the first result's keys (as in Ray, keys that appear later are not
   added as columns); continued after ``Tuner.restore``.
+- Both follow the journal's supersede rule: when a retry continues from a
+  checkpoint, the rows and events after the checkpoint's iteration are removed
+  (the retry writes them again), so each iteration is in them once.
 - TensorBoard event files (``events.out.tfevents.*``) in the trial folder, when
   ``tensorboardX`` (or ``torch.utils.tensorboard`` with ``tensorboard``) is
   installed, as Ray does (written by :mod:`._tbevents`, without those packages): every numeric value as a scalar under Ray's tag ``ray/tune/<key>``,
@@ -219,6 +222,11 @@ class FileLoggers(ControllerCallback):
         if self._thread is not None:
             self._trial_ids.add(trial.trial_id)
             self._send(["result", trial.trial_id, trial.path, result])
+
+    def on_trial_superseded(self, ctrl: TunerView, trial: Any, after_iteration: int) -> None:
+        # a retry continues from a checkpoint: the files keep only the results up to it, as the journal does
+        if self._thread is not None:
+            self._send(["supersede", trial.trial_id, trial.path, after_iteration])
 
     def on_trial_complete(self, ctrl: TunerView, trial: Any) -> None:
         self._send(["end", trial.trial_id])

@@ -17,7 +17,7 @@ import struct
 import time
 from collections.abc import Iterable
 
-__all__ = ["EventFile"]
+__all__ = ["EventFile", "keep_steps_up_to"]
 
 _FLOAT = struct.Struct("<f")
 
@@ -125,3 +125,88 @@ class EventFile:
 
     def close(self) -> None:
         self._f.close()
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, i
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterable[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value) of a protobuf message (varint, 64-bit, length-delimited, 32-bit)."""
+    i = 0
+    while i < len(data):
+        key, i = _read_varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _read_varint(data, i)
+            yield number, wire, value
+        elif wire == 1:
+            yield number, wire, data[i:i + 8]
+            i += 8
+        elif wire == 2:
+            n, i = _read_varint(data, i)
+            yield number, wire, data[i:i + n]
+            i += n
+        elif wire == 5:
+            yield number, wire, data[i:i + 4]
+            i += 4
+        else:
+            raise ValueError(f"wire type {wire}")
+
+
+def _step_and_tags(payload: bytes) -> tuple[int | None, list[str]]:
+    step: int | None = None
+    tags: list[str] = []
+    for number, _wire, value in _fields(payload):
+        if number == 2 and isinstance(value, int):
+            step = value - (1 << 64) if value >= 1 << 63 else value
+        elif number == 5 and isinstance(value, bytes):
+            for vn, _vw, v in _fields(value):
+                if vn == 1 and isinstance(v, bytes):
+                    for tn, _tw, t in _fields(v):
+                        if tn == 1 and isinstance(t, bytes):
+                            tags.append(t.decode("utf-8", "replace"))
+    return step, tags
+
+
+def keep_steps_up_to(path: str, after: int) -> bool:
+    """Rewrite the event file ``path`` without the scalars of steps above ``after``; True if it changed.
+
+    Only a file of Ray Tune's scalars (every tag ``ray/tune/...``, as :class:`EventFile` writes) is touched;
+    a file that does not parse as TFRecords of events, or holds other tags (a user's own writer), is left as is.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    records: list[tuple[bytes, int | None]] = []
+    i = 0
+    try:
+        while i + 12 <= len(data):
+            (n,) = struct.unpack_from("<Q", data, i)
+            end = i + 12 + n + 4
+            if end > len(data):
+                break  # a record being written: kept
+            payload = data[i + 12:i + 12 + n]
+            step, tags = _step_and_tags(payload)
+            if any(not t.startswith("ray/tune/") for t in tags):
+                return False
+            records.append((data[i:end], step if tags else None))
+            i = end
+    except (ValueError, IndexError, struct.error):
+        return False
+    kept = [raw for raw, step in records if step is None or step <= after]
+    if len(kept) == len(records):
+        return False
+    with open(path + ".tmp", "wb") as f:
+        f.write(b"".join(kept) + data[i:])
+    os.replace(path + ".tmp", path)
+    return True

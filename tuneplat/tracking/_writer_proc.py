@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _tbevents import EventFile  # noqa: E402  (this folder, standard library only)
+from _tbevents import EventFile, keep_steps_up_to  # noqa: E402  (this folder, standard library only)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -81,6 +81,39 @@ class TrialFiles:
             self.tb = None
 
 
+def _keep_csv_rows(name: str, after: int) -> None:
+    """Drop the rows of ``progress.csv`` whose ``training_iteration`` is above ``after``."""
+    with open(name, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    if not rows or "training_iteration" not in rows[0]:
+        return
+    col = rows[0].index("training_iteration")
+
+    def iteration(row: list[str]) -> float:
+        try:
+            return float(row[col])
+        except (IndexError, ValueError):
+            return 0.0
+
+    kept = [rows[0]] + [r for r in rows[1:] if iteration(r) <= after]
+    if len(kept) == len(rows):
+        return
+    with open(name + ".tmp", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(kept)
+    os.replace(name + ".tmp", name)
+
+
+def supersede(path: str, after: int, want_csv: bool, want_tb: bool) -> None:
+    """A retry continues from the checkpoint of iteration ``after``: the trial's files keep what came before."""
+    name = os.path.join(path, "progress.csv")
+    if want_csv and os.path.isfile(name):
+        _keep_csv_rows(name, after)
+    if want_tb and os.path.isdir(path):
+        for entry in sorted(os.listdir(path)):
+            if entry.startswith("events.out.tfevents."):
+                keep_steps_up_to(os.path.join(path, entry), after)
+
+
 def main() -> None:
     want_csv, want_tb = sys.argv[1] == "1", sys.argv[2] == "1"
 
@@ -103,6 +136,11 @@ def main() -> None:
                     if tf is None:
                         tf = files[msg[1]] = TrialFiles(msg[2], want_csv, want_tb)
                     tf.write(msg[3])
+                elif msg[0] == "supersede":  # ["supersede", trial_id, trial_dir, after_iteration]
+                    tf = files.pop(msg[1], None)
+                    if tf is not None:
+                        tf.close()
+                    supersede(msg[2], int(msg[3]), want_csv, want_tb)
                 elif msg[0] == "end" and msg[1] in files:
                     files.pop(msg[1]).close()
                 elif msg[0] == "sync":  # ["sync", token, trial_ids]: the experiment ends; answer once closed

@@ -13,7 +13,9 @@ from typing import Any
 
 from schedulers import Decision
 
+from .._settings import env_seconds
 from ..execution import _protocol as proto
+from ..execution._wire import max_report_bytes
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import (
     checkpoint_name,
@@ -95,6 +97,11 @@ class RankSpec:
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
     rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
+    #: how long the rank tries to authenticate with the tuner: 3/4 of its start timeout (the tuner gives up then,
+    #: so the rank's own failure, with its cause, comes first)
+    connect_within_s: float = field(default_factory=lambda: 0.75 * env_seconds("TUNEPLAT_START_TIMEOUT_S", 90))
+    #: the largest message the tuner takes from a rank (its ``TUNEPLAT_MAX_REPORT_BYTES``, read where it runs)
+    max_report_bytes: int = field(default_factory=max_report_bytes)
 
 
 class TrainContext:
@@ -226,7 +233,7 @@ class Session:
 
     def send(self, msg: proto.Message) -> None:
         with self.send_lock:
-            proto.send(self.sock, msg)
+            proto.send(self.sock, msg, self.spec.max_report_bytes)
 
     def ask(self, msg: proto.Message) -> proto.Message:
         """Send ``msg`` to the tuner and wait for its reply (a report's decision)."""

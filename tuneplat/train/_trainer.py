@@ -8,14 +8,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._config import RunConfig, ScalingConfig
+from .._signing import SignatureError, check_file, sign_file
 from ..execution._errors import PlacementError
 from ..trainables._base import ConvertibleTrainer, TrainerParts
 from ._errors import ControllerError, TrainingFailedError, fit_error
 from ._session import current_session
 
-__all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
-
 logger = logging.getLogger("tuneplat")
+
+__all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
 
 
 def _with_loop_config(fn: Callable[..., Any], backend_config: Any = None, resume_from_checkpoint: Any = None
@@ -180,7 +181,10 @@ class DataParallelTrainer(ConvertibleTrainer):
                                 f"{type(dataset_config).__name__}")
             self.dataset_config = dataset_config
             if datasets is not None:
-                self._sources = as_sources(datasets, self.scaling_config.max_workers)
+                from .data._parquet import read_timeout_s
+
+                self._sources = as_sources(datasets, self.scaling_config.max_workers,
+                                           read_timeout_s(dataset_config.read_timeout_s))
                 self.datasets = dict(datasets)
                 self._dataset_names = list(self._sources)
                 dataset_config.check_names(self._dataset_names)
@@ -252,8 +256,9 @@ class DataParallelTrainer(ConvertibleTrainer):
             try:  # what restore() needs when it is not given the training function again (Ray's trainer.pkl)
                 os.makedirs(tuner.experiment_dir, exist_ok=True)
                 path = os.path.join(tuner.experiment_dir, _TRAINER_FILE)  # its run_config may hold credentials
+                blob = sign_file(cloudpickle.dumps(self))  # restore checks the signature before unpickling
                 with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-                    cloudpickle.dump(self, f)
+                    f.write(blob)
             except Exception:  # noqa: BLE001 - restore then needs train_loop_per_worker=
                 pass
         tuner._caller = f"{self._name}.fit()"
@@ -311,8 +316,19 @@ class DataParallelTrainer(ConvertibleTrainer):
         saved: DataParallelTrainer | None = None
         pkl = os.path.join(folder, _TRAINER_FILE)
         if os.path.isfile(pkl):
-            with open(pkl, "rb") as f:  # written by this user's own fit() into their experiment folder
-                saved = cloudpickle.load(f)
+            with open(pkl, "rb") as f:
+                data = f.read()
+            try:
+                data = check_file(pkl, data)  # never unpickled unless this user's own fit() wrote it
+            except SignatureError as exc:
+                if train_loop_per_worker is None:
+                    raise SignatureError(
+                        f"{exc}. It holds the trainer of the first fit(): pass its settings again instead, "
+                        f"{cls.__name__}.restore({path!r}, train_loop_per_worker=..., train_loop_config=..., "
+                        "scaling_config=..., run_config=...); then the file is not read") from None
+                logger.warning("tuneplat: %s; restoring with the training function given to restore()", exc)
+            else:
+                saved = cloudpickle.loads(data)
         if saved is None and train_loop_per_worker is None:
             raise ValueError(f"{path} has no {_TRAINER_FILE}: pass the training function again, "
                              f"{cls.__name__}.restore({path!r}, train_loop_per_worker=...).")

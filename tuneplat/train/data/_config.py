@@ -26,6 +26,10 @@ class DataConfig:
             held on its host where that keeps the shards equal (Ray's flag).
         execution_options: accepted for Ray compatibility; Dask decides where
             partitions are computed.
+        read_timeout_s: the longest one read of Parquet files may take (listing a
+            glob, a file's footer, a row group), e.g. from a remote store that
+            stopped answering; the ``TimeoutError`` names the URL. None: the
+            ``TUNEPLAT_DATA_TIMEOUT_S`` environment variable, else 120 s; 0: no bound.
 
     Example:
         >>> from tuneplat.train import DataConfig
@@ -35,7 +39,8 @@ class DataConfig:
 
     def __init__(self, datasets_to_split: Literal["all"] | Sequence[str] = "all", execution_options: Any = None,
                  enable_shard_locality: bool = True, *, randomize_block_order: bool | Sequence[str] = False,
-                 seed: int | None = None, prefetch_partitions: int = 2) -> None:
+                 seed: int | None = None, prefetch_partitions: int = 2,
+                 read_timeout_s: float | None = None) -> None:
         if isinstance(datasets_to_split, str):
             if datasets_to_split != "all":
                 raise ValueError(f"DataConfig(datasets_to_split={datasets_to_split!r}): it must be 'all' or a list of "
@@ -47,6 +52,10 @@ class DataConfig:
             randomize_block_order = [str(n) for n in randomize_block_order]
         if isinstance(prefetch_partitions, bool) or not isinstance(prefetch_partitions, int) or prefetch_partitions < 0:
             raise ValueError(f"DataConfig(prefetch_partitions={prefetch_partitions!r}): it must be an int >= 0.")
+        if read_timeout_s is not None and (isinstance(read_timeout_s, bool)
+                                           or not isinstance(read_timeout_s, (int, float)) or read_timeout_s < 0):
+            raise ValueError(f"DataConfig(read_timeout_s={read_timeout_s!r}): it must be a number of seconds >= 0 "
+                             "(0: no bound) or None (the default).")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"DataConfig(seed={seed!r}): it must be an int or None.")
         self.datasets_to_split = split
@@ -55,6 +64,7 @@ class DataConfig:
         self.randomize_block_order = randomize_block_order
         self.seed = seed
         self.prefetch_partitions = prefetch_partitions
+        self.read_timeout_s = read_timeout_s
 
     def splits(self, name: str) -> bool:
         """Whether the dataset ``name`` is divided among the ranks."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._session import Session, _get_session
 from ._config import DataConfig
+from ._parquet import iter_pieces
 from ._plan import Slice, epoch_order, plan_shard
 from ._source import PartitionError, Source
 
@@ -127,32 +128,74 @@ def _columns(source: Source, value: Any, s: Slice) -> dict[str, Any]:
                              "(seed random filters or sampling), or the shards would differ between ranks.")
     if source.kind == "frame":
         part = value.iloc[s.start:s.stop]
-        return {str(c): part[c].to_numpy() for c in part.columns}
+        return {str(c): _tensor_column(part[c].to_numpy()) for c in part.columns}
     if source.kind == "array":
         return {"data": np.asarray(value[s.start:s.stop])}
-    items = list(value)[s.start:s.stop]
-    if items and all(isinstance(i, Mapping) for i in items):  # records: a column per key (Ray's from_items)
+    return record_columns(list(value)[s.start:s.stop])
+
+
+def record_columns(items: list[Any]) -> dict[str, Any]:
+    """Items of a bag as columns: records (dicts) give a column per key (Ray's ``from_items``), others ``"item"``."""
+    if items and all(isinstance(i, Mapping) for i in items):
         keys = list(dict.fromkeys(k for i in items for k in i))
         return {str(k): _array([i.get(k) for i in items]) for k in keys}
     return {"item": _array(items)}
 
 
 def _array(values: list[Any]) -> Any:
-    """A numpy array of ``values`` (lists of equal length become a 2-d array), else one of objects."""
+    """``values`` as one numpy array: numbers, or equal-shape lists/arrays of numbers stacked (a tensor column);
+    anything else (text, bytes, ragged or mixed values) as an object array holding the values as they are."""
     import numpy as np
 
-    try:
-        return np.asarray(values)
-    except (ValueError, TypeError):  # ragged
-        arr = np.empty(len(values), dtype=object)
-        arr[:] = values
+    if not any(isinstance(v, (str, bytes, bytearray, memoryview)) for v in values):
+        try:
+            arr = np.asarray(values)
+            if arr.dtype.kind in "biufc":
+                return arr
+        except (ValueError, TypeError):  # ragged
+            pass
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    return arr
+
+
+def _tensor_column(arr: Any) -> Any:
+    """An object column of equal-shape lists/arrays of numbers stacked into one ``(rows, k, ...)`` array."""
+    import numpy as np
+
+    if arr.dtype != object or not len(arr) or not isinstance(arr[0], (list, tuple, np.ndarray)):
         return arr
+    try:
+        stacked = np.stack([np.asarray(v) for v in arr])
+    except (ValueError, TypeError):  # ragged: stays an object array
+        return arr
+    return stacked if stacked.dtype.kind in "biufc" else arr
+
+
+def _cat(pieces: list[Any]) -> Any:
+    """numpy arrays or torch tensors (one column's pieces) end to end."""
+    import numpy as np
+
+    if isinstance(pieces[0], np.ndarray):
+        return np.concatenate(pieces)
+    import torch
+
+    return torch.cat(pieces)
+
+
+def _index(v: Any, perm: Any) -> Any:
+    """Rows ``perm`` (a numpy int array) of a numpy array or a torch tensor."""
+    import numpy as np
+
+    if isinstance(v, np.ndarray):
+        return v[perm]
+    import torch
+
+    return v[torch.from_numpy(perm)]
 
 
 def _take(chunks: collections.deque[dict[str, Any]], n: int) -> dict[str, Any]:
     """The first ``n`` rows of the queued chunks (removed from the queue)."""
-    import numpy as np
-
     pieces: list[dict[str, Any]] = []
     need = n
     while need > 0:
@@ -167,7 +210,7 @@ def _take(chunks: collections.deque[dict[str, Any]], n: int) -> dict[str, Any]:
             need = 0
     if len(pieces) == 1:
         return pieces[0]
-    return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+    return {k: _cat([p[k] for p in pieces]) for k in pieces[0]}
 
 
 def _rows(chunk: dict[str, Any]) -> int:
@@ -199,8 +242,6 @@ def _batched(chunks: Iterator[dict[str, Any]], batch_size: int | None, drop_last
 def _shuffled(chunks: Iterator[dict[str, Any]], batch_size: int, drop_last: bool, buffer_size: int,
               rng: Any) -> Iterator[dict[str, Any]]:
     """Batches drawn at random from a buffer of at least ``buffer_size`` rows (Ray's local shuffle)."""
-    import numpy as np
-
     buf: dict[str, Any] | None = None
 
     def draw(k: int) -> Iterator[dict[str, Any]]:
@@ -208,15 +249,15 @@ def _shuffled(chunks: Iterator[dict[str, Any]], batch_size: int, drop_last: bool
         assert buf is not None
         perm = rng.permutation(_rows(buf))
         cut = k * batch_size
-        out = {c: v[perm[:cut]] for c, v in buf.items()}
-        buf = {c: v[perm[cut:]] for c, v in buf.items()}
+        out = {c: _index(v, perm[:cut]) for c, v in buf.items()}
+        buf = {c: _index(v, perm[cut:]) for c, v in buf.items()}
         for i in range(k):
             yield {c: v[i * batch_size:(i + 1) * batch_size] for c, v in out.items()}
 
     for chunk in chunks:
         if not _rows(chunk):
             continue
-        buf = chunk if buf is None else {k: np.concatenate([buf[k], chunk[k]]) for k in buf}
+        buf = chunk if buf is None else {k: _cat([buf[k], chunk[k]]) for k in buf}
         extra = _rows(buf) - buffer_size
         if extra >= batch_size:
             yield from draw(extra // batch_size)
@@ -224,7 +265,7 @@ def _shuffled(chunks: Iterator[dict[str, Any]], batch_size: int, drop_last: bool
         yield from draw(_rows(buf) // batch_size)
         if _rows(buf) and not drop_last:
             perm = rng.permutation(_rows(buf))
-            yield {c: v[perm] for c, v in buf.items()}
+            yield {c: _index(v, perm) for c, v in buf.items()}
 
 
 def _in_background(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
@@ -323,8 +364,8 @@ class DataIterator:
             if seed is None:
                 seed = ctx.get_trial_id()
             hosts = list(getattr(session.spec, "rank_hosts", None) or []) or None  # (stale after a resize: unused)
-        client = _rank_client()
         src = self._source
+        client = _rank_client() if src.files is None else None  # plain Parquet: read here, no Dask
         lengths = src.ensure_lengths(client)
         name = src.name
         order = epoch_order(len(lengths), self._epoch, seed, self._config.shuffles(name))
@@ -337,7 +378,10 @@ class DataIterator:
         return slices, client
 
     def _numpy_batches(self, batch_size: int | None, drop_last: bool, local_shuffle_buffer_size: int | None,
-                       local_shuffle_seed: int | None, prefetch_batches: int) -> _Epochs:
+                       local_shuffle_seed: int | None, prefetch_batches: int,
+                       convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> _Epochs:
+        """The epochs' batches; ``convert`` turns each partition slice's columns (numpy) into what is batched
+        (tensors), once per slice, before batches are cut from it."""
         import numpy as np
 
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
@@ -358,7 +402,13 @@ class DataIterator:
                 rng = np.random.default_rng(seq)
 
             def make() -> Iterator[dict[str, Any]]:
-                chunks = (_columns(source, value, s) for s, value in _Fetcher(source, slices, window, client))
+                chunks: Iterator[dict[str, Any]]
+                if source.files is not None:  # row groups read in a thread of their own, converted there
+                    chunks = (cols for _s, cols in iter_pieces(source.files, slices, window, source.name, convert))
+                else:
+                    chunks = (_columns(source, value, s) for s, value in _Fetcher(source, slices, window, client))
+                    if convert is not None:
+                        chunks = (convert(c) for c in chunks)
                 return _batched(chunks, batch_size, drop_last, local_shuffle_buffer_size, rng)
 
             if prefetch_batches and prefetch_batches > 0:
@@ -420,10 +470,9 @@ class DataIterator:
         if collate_fn is not None and (dtypes is not None or device not in ("auto", None)):
             raise ValueError("iter_torch_batches(collate_fn=...) returns what collate_fn returns: move it to a device "
                              "and set dtypes inside collate_fn (dtypes= and device= are for the default conversion).")
-        batches = self._numpy_batches(batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed,
-                                      prefetch_batches)
         if collate_fn is not None:
-            return batches.map(collate_fn)
+            return self._numpy_batches(batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed,
+                                       prefetch_batches).map(collate_fn)
         import torch
 
         if device == "auto":
@@ -431,29 +480,29 @@ class DataIterator:
         else:
             dev = torch.device(device) if device is not None else None
         name = self._source.name
+        if dtypes is not None and not isinstance(dtypes, (Mapping, torch.dtype)):
+            raise TypeError(f"iter_torch_batches(dtypes={dtypes!r}): it must be a torch dtype or a dict of column "
+                            "-> torch dtype.")
 
-        def convert(batch: dict[str, Any]) -> dict[str, Any]:
-            out = {}
-            for col, arr in batch.items():
-                if arr.dtype.kind in "OUSMm":
-                    raise TypeError(f"dataset {name!r}: column {col!r} has numpy dtype {arr.dtype}, which torch "
-                                    "cannot hold; drop it upstream (ddf[[...]]), convert it in map_partitions, or "
-                                    "pass collate_fn=.")
-                dt = _torch_dtype(dtypes, col)
-                if not arr.flags.writeable:  # (Arrow-backed columns): torch wants memory it may write
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", UserWarning)
-                        t = torch.as_tensor(arr)
-                    if (dt is None or dt == t.dtype) and (dev is None or dev.type == "cpu"):
-                        t = t.clone()  # no conversion below would copy it
-                else:
-                    t = torch.as_tensor(arr)
-                if dev is not None or dt is not None:
-                    t = t.to(device=dev, dtype=dt, non_blocking=dev is not None and dev.type == "cuda")
-                out[col] = t
-            return out
+        private = self._source.files is not None  # row groups decoded for this rank alone (else: maybe a
+        # partition held in this worker's memory for every trial, seen read-only through pandas)
 
-        return batches.map(convert)
+        def tensors(chunk: dict[str, Any]) -> dict[str, Any]:  # once per partition slice / row group
+            return {col: _to_tensor(arr, _torch_dtype(dtypes, col), col, name,
+                                    isinstance(dtypes, Mapping) and col in dtypes, private)
+                    for col, arr in chunk.items()}
+
+        batches = self._numpy_batches(batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed,
+                                      prefetch_batches, convert=tensors)
+        if dev is None or dev.type == "cpu":
+            return batches
+        cuda = dev.type == "cuda"
+
+        def move(batch: dict[str, Any]) -> dict[str, Any]:
+            return {col: (t.to(device=dev, non_blocking=cuda) if isinstance(t, torch.Tensor) else t)
+                    for col, t in batch.items()}
+
+        return batches.map(move)
 
     def iter_rows(self, *, prefetch_batches: int = 1) -> Iterable[dict[str, Any]]:
         """Row by row (dicts by column); each pass is one epoch."""
@@ -522,6 +571,35 @@ class MaterializedShard:
     def iter_rows(self) -> Iterator[dict[str, Any]]:
         for row in self._frame.to_dict(orient="records"):
             yield row
+
+
+def _to_tensor(arr: Any, dtype: Any, col: str, name: str, asked: bool, private: bool) -> Any:
+    """A numpy column as a torch tensor (converted to ``dtype`` if given); a column torch cannot hold (text, bytes,
+    ragged arrays, dates) stays the numpy array it is, unless ``dtypes=`` named it.
+
+    The tensor shares the array's memory when it is writable or ``private`` (an Arrow buffer decoded for this rank
+    alone); a read-only view of memory someone else holds (pandas' copy-on-write) is copied once.
+    """
+    import torch
+
+    arr = _tensor_column(arr)
+    if arr.dtype.kind not in "biufc":
+        if asked:
+            raise TypeError(f"dataset {name!r}: column {col!r} has numpy dtype {arr.dtype}, which torch cannot hold, "
+                            f"and iter_torch_batches(dtypes=...) names it; leave it out of dtypes (it then comes as a "
+                            "numpy array), convert it in map_partitions, or pass collate_fn=.")
+        return arr
+    if not arr.flags.writeable:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(arr) if arr.dtype.isnative else torch.as_tensor(arr.astype(arr.dtype.newbyteorder("=")))
+        if not private and (dtype is None or dtype == t.dtype):
+            t = t.clone()  # (a conversion below copies anyway)
+    else:
+        t = torch.from_numpy(arr) if arr.dtype.isnative else torch.as_tensor(arr.astype(arr.dtype.newbyteorder("=")))
+    if dtype is not None and dtype != t.dtype:
+        t = t.to(dtype)
+    return t
 
 
 def _to_pandas(batch: dict[str, Any]) -> Any:

@@ -33,8 +33,20 @@ class DatasetLoop:
         return getattr(self._fn, "_tuneplat_backend_config", None)
 
     def _tuneplat_bind(self, client: Any) -> tuple[DatasetLoop, tuple[Any, ...]]:
-        bound = {name: src.bind(client) for name, src in self._sources.items()}
+        bound: dict[str, Source] = {}
+        try:
+            for name, src in self._sources.items():
+                bound[name] = src.bind(client)
+        except BaseException:
+            for src in bound.values():
+                src.release()
+            raise
         return DatasetLoop(self._fn, bound, self._config), ()
+
+    def _tuneplat_release(self) -> None:
+        """Forget on the cluster what :meth:`_tuneplat_bind` put there (the executor calls it when ``fit()`` ends)."""
+        for src in self._sources.values():
+            src.release()
 
     def __call__(self, config: dict[str, Any]) -> Any:
         session = _get_session("train.get_dataset_shard")

@@ -3,7 +3,11 @@
 Accepted (:data:`ACCEPTED`): a ``dask.dataframe.DataFrame`` (or Series), a
 ``dask.array.Array`` (rows along axis 0), a ``dask.bag.Bag``, a pandas
 DataFrame, a numpy array, or the path, glob or list of paths (local or any
-fsspec URL) of Parquet or CSV files, read lazily with Dask.
+fsspec URL) of Parquet or CSV files.
+
+Plain Parquet (paths, or a bare ``dd.read_parquet``) is read by the ranks
+themselves, row group by row group (:mod:`._parquet`, kind ``"parquet"``);
+everything else goes through Dask.
 
 In-memory data (pandas, numpy, or a Dask collection whose graph carries more
 than :data:`INLINE_LIMIT` bytes of data) is persisted on the cluster once per
@@ -19,6 +23,8 @@ from __future__ import annotations
 import logging
 import os
 from typing import Any
+
+from ._parquet import PlainParquet, plain_parquet_of, resolve_parquet
 
 __all__ = ["ACCEPTED", "INLINE_LIMIT", "PartitionError", "Source", "as_source", "as_sources"]
 
@@ -48,29 +54,37 @@ def _size(part: Any) -> int:
 
 
 class Source:
-    """One dataset as a list of Dask partitions, with their row counts once known.
+    """One dataset as a list of partitions, with their row counts once known.
 
     ``kind`` is ``"frame"`` (partitions are pandas DataFrames), ``"array"``
-    (numpy arrays, rows along axis 0) or ``"bag"`` (lists of items).
+    (numpy arrays, rows along axis 0), ``"bag"`` (lists of items), or
+    ``"parquet"`` (``files``: plain Parquet files whose row groups are the
+    partitions, read by the ranks without Dask).
     """
 
     def __init__(self, name: str, kind: str, collection: Any, label: str, in_memory: bool = False,
-                 lengths: tuple[int, ...] | None = None) -> None:
+                 lengths: tuple[int, ...] | None = None, files: PlainParquet | None = None) -> None:
         self.name = name
         self.kind = kind
         self.collection = collection
         self.label = label
         self.in_memory = in_memory
         self.lengths = lengths
+        self.files = files
         self.part_hosts: tuple[str | None, ...] | None = None  # where persisted partitions live (a hint)
+        #: what bind() persisted on the cluster for this experiment (released when fit() ends; never the user's)
+        self.persisted: list[Any] = []
         self._parts: list[Any] | None = None
 
     @property
     def npartitions(self) -> int:
+        if self.files is not None:
+            return len(self.files.pieces)
         return int(self.collection.npartitions) if self.kind != "array" else len(self.collection.chunks[0])
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
+        state["persisted"] = []  # the tuner's to release, not the ranks'
         state["_parts"] = None  # rebuilt where they are used (one optimisation per process)
         return state
 
@@ -99,7 +113,9 @@ class Source:
     def ensure_lengths(self, client: Any = None) -> tuple[int, ...]:
         """The row count of every partition: computed on the cluster (never here) the first time."""
         if self.lengths is None:
-            if self.kind == "array":
+            if self.files is not None:
+                self.lengths = self.files.lengths
+            elif self.kind == "array":
                 self.lengths = tuple(int(n) for n in self.collection.chunks[0])
             else:
                 lazy = self.lengths_collection()
@@ -134,7 +150,12 @@ class Source:
         """The copy trials use: in-memory data persisted on the cluster, row counts known, locations noted.
 
         Called once per experiment, on the tuner's side; only row counts come back here.
+
+        Raises:
+            ValueError: the dataset has no rows.
         """
+        if self.files is not None:  # plain Parquet: the footers were read where the trainer was built
+            return self
         coll = self.collection
         persist = self.in_memory
         if not persist and not _is_persisted(coll):
@@ -143,17 +164,35 @@ class Source:
                 logger.info("tuneplat: dataset %r carries %.0f MB in its Dask graph: persisting it on the cluster "
                             "once (read it from files, or persist it yourself, to choose)", self.name, size / 1e6)
                 persist = True
+        mine: list[Any] = []
         if persist:
+            from distributed import futures_of
+
             coll = client.persist(coll)
+            mine = list(futures_of(coll))
         bound = Source(self.name, self.kind, coll, self.label, in_memory=False, lengths=self.lengths)
+        bound.persisted = mine
         try:
             bound.ensure_lengths(client)
         except Exception as exc:  # noqa: BLE001 - each trial counts again, and fails naming the partition
             logger.warning("tuneplat: counting the rows of dataset %r failed (%s: %s); each trial will try again",
                            self.name, type(exc).__name__, exc)
+        if bound.lengths is not None and sum(bound.lengths) == 0:
+            bound.release()
+            raise ValueError(f"dataset {self.name!r} ({self.label}) has no rows: there is nothing to train on.")
         if persist or _is_persisted(coll):
             bound.part_hosts = _locations(client, coll, bound.npartitions)
         return bound
+
+
+    def release(self) -> None:
+        """Release what :meth:`bind` persisted (nothing of the user's): the cluster forgets it."""
+        mine, self.persisted = self.persisted, []
+        for future in mine:
+            try:
+                future.release()
+            except Exception:  # noqa: BLE001 - a client already closed holds nothing
+                logger.debug("tuneplat: releasing %r failed", future, exc_info=True)
 
 
 def _pickled_size(coll: Any) -> int:
@@ -203,23 +242,35 @@ def _suffix(path: str) -> str:
     return os.path.splitext(p)[1]
 
 
-def _from_paths(name: str, paths: list[str]) -> Source:
+def _from_paths(name: str, paths: list[str], timeout: float | None) -> Source:
     import dask.dataframe as dd
 
     suffixes = {_suffix(p) for p in paths}
     shown = paths[0] if len(paths) == 1 else f"{paths[0]!r} and {len(paths) - 1} more"
     if suffixes <= set(_CSV_SUFFIXES):
         return Source(name, "frame", dd.read_csv(paths if len(paths) > 1 else paths[0]), f"CSV files {shown}")
-    if suffixes <= {".parquet", ".pq", ""}:  # a directory of parquet files, or a glob without a suffix
-        return Source(name, "frame", dd.read_parquet(paths if len(paths) > 1 else paths[0]), f"Parquet files {shown}")
+    if suffixes <= {".parquet", ".pq", ".parq", ""}:  # a directory of parquet files, or a glob without a suffix
+        return _plain(name, resolve_parquet(name, paths, timeout))
     raise ValueError(f"datasets[{name!r}] = {shown}: cannot tell the file format from the suffixes "
                      f"{sorted(suffixes)}; paths must end in .parquet/.pq (or name a folder of Parquet files) or "
                      ".csv/.tsv (optionally compressed). For another format pass a Dask collection, e.g. "
                      "dask.dataframe.read_json(...).")
 
 
-def as_source(name: str, data: Any, num_workers: int = 1) -> Source:
-    """``data`` as a :class:`Source`, or a ``TypeError`` naming the accepted types."""
+def _plain(name: str, files: PlainParquet) -> Source:
+    files.read_footers(name)
+    if not files.pieces or sum(p.rows for p in files.pieces) == 0:
+        raise ValueError(f"dataset {name!r} ({files.label}) has no rows: there is nothing to train on.")
+    return Source(name, "parquet", None, files.label, lengths=files.lengths, files=files)
+
+
+def as_source(name: str, data: Any, num_workers: int = 1, timeout: float | None = None) -> Source:
+    """``data`` as a :class:`Source`, or a ``TypeError`` naming the accepted types.
+
+    Plain Parquet files are listed and their footers read here (each read bounded by ``timeout`` seconds):
+    a glob matching nothing is a ``FileNotFoundError`` naming it, a file that is not Parquet a
+    :class:`PartitionError` naming its path.
+    """
     import dask.array as da
     import dask.bag as db
     import dask.dataframe as dd
@@ -227,6 +278,9 @@ def as_source(name: str, data: Any, num_workers: int = 1) -> Source:
     if isinstance(data, dd.Series):
         data = data.to_frame()
     if isinstance(data, dd.DataFrame):
+        files = plain_parquet_of(data, timeout)
+        if files is not None:
+            return _plain(name, files)
         return Source(name, "frame", data, "dask DataFrame")
     if isinstance(data, da.Array):
         if data.ndim == 0:
@@ -237,9 +291,9 @@ def as_source(name: str, data: Any, num_workers: int = 1) -> Source:
     if isinstance(data, db.Bag):
         return Source(name, "bag", data, "dask Bag")
     if isinstance(data, (str, os.PathLike)):
-        return _from_paths(name, [os.fspath(data)])
+        return _from_paths(name, [os.fspath(data)], timeout)
     if isinstance(data, (list, tuple)) and data and all(isinstance(p, (str, os.PathLike)) for p in data):
-        return _from_paths(name, [os.fspath(p) for p in data])
+        return _from_paths(name, [os.fspath(p) for p in data], timeout)
     parts = max(1, 2 * num_workers)
     import numpy as np
     import pandas as pd  # (dependencies of dask.dataframe)
@@ -247,8 +301,11 @@ def as_source(name: str, data: Any, num_workers: int = 1) -> Source:
     if isinstance(data, (pd.DataFrame, pd.Series)):
         frame = data.to_frame() if isinstance(data, pd.Series) else data
         n = max(1, min(len(frame), max(parts, int(frame.memory_usage(deep=False).sum() // (64 * 2**20)) + 1)))
-        return Source(name, "frame", dd.from_pandas(frame, npartitions=n, sort=False), "pandas DataFrame",
-                      in_memory=True)
+        import dask
+
+        with dask.config.set({"dataframe.convert-string": False}):  # cells holding lists stay lists (not str)
+            ddf = dd.from_pandas(frame, npartitions=n, sort=False)
+        return Source(name, "frame", ddf, "pandas DataFrame", in_memory=True)
     if isinstance(data, np.ndarray):
         if data.ndim == 0:
             raise ValueError(f"datasets[{name!r}] is a 0-d numpy array: it needs rows along axis 0.")
@@ -261,7 +318,7 @@ def as_source(name: str, data: Any, num_workers: int = 1) -> Source:
                     "docs/data-ingest.md.)")
 
 
-def as_sources(datasets: Any, num_workers: int = 1) -> dict[str, Source]:
+def as_sources(datasets: Any, num_workers: int = 1, timeout: float | None = None) -> dict[str, Source]:
     """The trainer's ``datasets=`` mapping, each value as a :class:`Source`."""
     from collections.abc import Mapping
 
@@ -272,7 +329,7 @@ def as_sources(datasets: Any, num_workers: int = 1) -> dict[str, Source]:
     for key, value in datasets.items():
         if not isinstance(key, str) or not key:
             raise TypeError(f"datasets= keys are dataset names (non-empty strings); got {key!r}.")
-        out[key] = as_source(key, value, num_workers)
+        out[key] = as_source(key, value, num_workers, timeout)
     return out
 
 

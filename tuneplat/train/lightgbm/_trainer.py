@@ -1,4 +1,4 @@
-"""``LightGBMTrainer`` in Ray Train V2's form: the user's function calls ``xgboost.train`` on every rank."""
+"""``LightGBMTrainer`` in Ray Train V2's form: the user's function calls ``lightgbm.train`` on every rank."""
 
 from __future__ import annotations
 
@@ -6,37 +6,26 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._config import RunConfig, ScalingConfig
+from .._boosting import refuse_legacy
 from .._trainer import DataParallelTrainer
 from ._config import LightGBMConfig
 
 __all__ = ["LightGBMTrainer"]
 
-_LEGACY = ("The legacy {name} API is deprecated. Please switch to passing in a custom `train_loop_per_worker` "
-           "function instead: {name}(train_fn_per_worker, datasets={{'train': ...}}, scaling_config=ScalingConfig("
-           "num_workers=2)), where train_fn_per_worker builds its {data} from "
-           "tuneplat.train.get_dataset_shard('train') and calls {call} itself with "
-           "callbacks=[RayTrainReportCallback()] (docs/boosting.md). "
-           "See this issue for more context: https://github.com/ray-project/ray/issues/50042")
-
-
-def refuse_legacy(name: str, data: str, call: str, label_column: Any, params: Any, num_boost_round: Any) -> None:
-    """Ray 2.60's refusal of the legacy ``label_column=``/``params=``/``num_boost_round=`` form (a DeprecationWarning)."""
-    if label_column is not None or params is not None or num_boost_round is not None:
-        raise DeprecationWarning(_LEGACY.format(name=name, data=data, call=call))
-
 
 class LightGBMTrainer(DataParallelTrainer):
-    """Distributed data-parallel XGBoost (``ray.train.xgboost.LightGBMTrainer``, Train V2).
+    """Distributed data-parallel LightGBM (``ray.train.lightgbm.LightGBMTrainer``, Train V2).
 
-    Each rank runs ``train_loop_per_worker``: it builds its ``DMatrix`` from
-    ``train.get_dataset_shard(name)`` and calls ``xgboost.train`` itself. The
-    trainer starts xgboost's collective for the group (:class:`LightGBMConfig`),
-    so the ranks train ONE model on all their rows together.
+    Each rank runs ``train_loop_per_worker``: it builds its ``lightgbm.Dataset``
+    from ``train.get_dataset_shard(name)`` and calls ``lightgbm.train`` with
+    ``"tree_learner": "data_parallel"``, ``"pre_partition": True`` and
+    :func:`~tuneplat.train.lightgbm.get_network_params` in its params, so the
+    ranks train ONE model through LightGBM's own network (:class:`LightGBMConfig`).
 
     Args:
         train_loop_per_worker: the function each rank runs (no argument, or the config dict).
         train_loop_config: passed to it.
-        lightgbm_config: the collective's settings (default ``LightGBMConfig()``).
+        lightgbm_config: the network's settings (default ``LightGBMConfig()``).
         scaling_config, run_config, datasets, dataset_config, metadata: as for
             :class:`~tuneplat.train.DataParallelTrainer`.
         resume_from_checkpoint: what ``train.get_checkpoint()`` returns while
@@ -45,13 +34,13 @@ class LightGBMTrainer(DataParallelTrainer):
 
     Example (Ray's docstring, data in pandas/Dask instead of Ray Data):
         >>> def train_fn_per_worker(config: dict):  # doctest: +SKIP
-        ...     train_df = tuneplat.train.get_dataset_shard("train").materialize().to_pandas()
-        ...     dtrain = xgboost.DMatrix(train_df.drop("y", axis=1), label=train_df["y"])
-        ...     xgboost.train({"tree_method": "hist", "objective": "reg:squarederror"}, dtrain,
-        ...                   num_boost_round=10, callbacks=[RayTrainReportCallback()])
+        ...     df = normalize_pandas_for_lightgbm(tuneplat.train.get_dataset_shard("train").materialize().to_pandas())
+        ...     params = {"objective": "regression", "tree_learner": "data_parallel", "pre_partition": True,
+        ...               **tuneplat.train.lightgbm.get_network_params()}
+        ...     lightgbm.train(params, lightgbm.Dataset(df.drop("y", axis=1), label=df["y"]),
+        ...                    num_boost_round=10, callbacks=[RayTrainReportCallback()])
         >>> trainer = LightGBMTrainer(train_fn_per_worker, datasets={"train": df},  # doctest: +SKIP
-        ...                          scaling_config=ScalingConfig(num_workers=2))
-        >>> booster = RayTrainReportCallback.get_model(trainer.fit().checkpoint)  # doctest: +SKIP
+        ...                           scaling_config=ScalingConfig(num_workers=2))
     """
 
     _name = "LightGBMTrainer"
@@ -63,11 +52,11 @@ class LightGBMTrainer(DataParallelTrainer):
                  resume_from_checkpoint: Any = None, label_column: str | None = None,
                  params: dict[str, Any] | None = None, num_boost_round: int | None = None, client: Any = None,
                  backend_config: Any = None) -> None:
-        refuse_legacy("LightGBMTrainer", "xgboost.DMatrix", "xgboost.train(params, dtrain, ...)", label_column,
+        refuse_legacy("LightGBMTrainer", "lightgbm.Dataset", "lightgbm.train(params, train_set, ...)", label_column,
                       params, num_boost_round)
         if train_loop_per_worker is None:
             raise TypeError("LightGBMTrainer() needs train_loop_per_worker: the function each rank runs "
-                            "(it calls xgboost.train itself; docs/boosting.md).")
+                            "(it calls lightgbm.train itself; docs/boosting.md).")
         config = lightgbm_config if lightgbm_config is not None else backend_config
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config, scaling_config=scaling_config,
                          run_config=run_config, datasets=datasets, dataset_config=dataset_config, client=client,

@@ -1,0 +1,220 @@
+"""One source of truth: the live loop's state is the journal's reducer applied to the journal, at every event.
+
+Recorded experiments run on the virtual-time executor; after every event the loop applies, its state is compared,
+field by field, with the reducer's fold of the journal's first k lines (what ``tuneplat status``, ``Result.from_path``
+and ``Tuner.restore`` read). Then the two disagreements users saw before are pinned: a Ctrl-C mid-sweep, and a
+callback that edits the result it is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from typing import Any
+
+import pytest
+
+import tuneplat as tune
+from tuneplat import read_journal
+from tuneplat.core import _loop
+from tuneplat.core._events import from_json
+from tuneplat.core._journal import to_jsonable
+from tuneplat.core._state import ExperimentState, apply
+from tuneplat.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, PopulationBasedTraining
+from tuneplat.search import BasicVariantGenerator
+from tuneplat.testing import VirtualTimeExecutor
+
+# ---------------------------------------------------------------------------- trainables (learning curves)
+
+
+def curve(config):
+    for step in range(1, 9):
+        yield {"loss": config["floor"] + 1.0 / step}
+
+
+def pbt_curve(config):
+    for step in range(1, 16):
+        yield {"score": config["lr"] * step}
+
+
+def fails_then_works(config):
+    marker = config["marker"]
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        yield {"loss": 1.0}
+        yield {"loss": 0.9}
+        raise RuntimeError("first attempt crashes")
+    yield from curve({"floor": config["floor"]})
+
+
+def always_fails(config):
+    yield {"loss": 1.0}
+    raise ValueError("broken trainable")
+
+
+def needs_memory(config):
+    import torch
+
+    for step in range(1, 5):
+        if config["micro_batch"] > 8 and step == 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        yield {"loss": 1.0 / (step * config["micro_batch"])}
+
+
+class _Interrupt(tune.Callback):
+    """Ctrl-C mid-sweep: a callback raising KeyboardInterrupt (as Ray allows) at the 3rd result of a trial."""
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result["training_iteration"] == 3 and trial.config.get("floor") == 0.2:
+            raise KeyboardInterrupt
+
+
+def _tuner(storage: str, fn: Any, space: dict[str, Any], *, name: str, slots: int = 2,
+           tc: tune.TuneConfig | None = None, **rc: Any) -> tune.Tuner:
+    return tune.Tuner(fn, param_space=space, tune_config=tc or tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0, mlflow=False, **rc),
+                      executor=VirtualTimeExecutor(num_slots=slots))
+
+
+def _experiments(tmp_path: Any) -> dict[str, Any]:
+    floors = tune.grid_search([0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
+    return {
+        "asha": lambda s: _tuner(s, curve, {"floor": floors}, name="asha", tc=tune.TuneConfig(
+            metric="loss", mode="min", scheduler=ASHAScheduler(max_t=8, grace_period=1, reduction_factor=2))),
+        "hyperband": lambda s: _tuner(s, curve, {"floor": floors}, name="hyperband", tc=tune.TuneConfig(
+            metric="loss", mode="min", scheduler=HyperBandScheduler(max_t=8, reduction_factor=2))),
+        "pbt": lambda s: _tuner(s, pbt_curve, {"lr": tune.grid_search([0.1, 0.5, 1.0, 2.0])}, name="pbt", slots=4,
+                                tc=tune.TuneConfig(metric="score", mode="max", scheduler=PopulationBasedTraining(
+                                    time_attr="training_iteration", perturbation_interval=4, seed=1,
+                                    hyperparam_mutations={"lr": [0.1, 0.5, 1.0, 2.0]}))),
+        "retries": lambda s: _tuner(s, fails_then_works, {"floor": tune.grid_search([0.0, 0.3]),
+                                                          "marker": str(tmp_path / "m")}, name="retries",
+                                    failure_config=tune.FailureConfig(max_failures=1),
+                                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2)),
+        "errors": lambda s: _tuner(s, always_fails, {"x": tune.grid_search([1, 2])}, name="errors",
+                                   failure_config=tune.FailureConfig(max_failures=1)),
+        "oom_retry": lambda s: _tuner(s, needs_memory, {"micro_batch": tune.grid_search([4, 32])}, name="oom",
+                                      failure_config=tune.FailureConfig(oom_halve="micro_batch", max_oom_retries=3)),
+        "ctrl_c": lambda s: _tuner(s, curve, {"floor": floors}, name="ctrl_c", callbacks=[_Interrupt()]),
+    }
+
+
+def _trial_fields(t: Any) -> dict[str, Any]:
+    return {
+        "trial_id": t.trial_id, "name": t.name, "path": t.path, "trainable_name": t.trainable_name,
+        "status": t.status.value, "config": to_jsonable(t.config), "results": to_jsonable(t.results),
+        "superseded": to_jsonable(t.superseded), "error": t.error, "error_traceback": t.error_traceback,
+        "error_kind": t.error_kind, "num_failures": t.num_failures, "oom_retries": t.oom_retries,
+        "attempts": t.attempts, "stop_reason": t.stop_reason, "pending_decision": t.pending_decision,
+        "checkpoints": [(c.path, to_jsonable(m)) for c, m in t.checkpoints], "lineage": to_jsonable(t.lineage),
+        "mlflow_run_id": t.mlflow_run_id, "time_total_s": t.time_total_s,
+        "stopped_by_scheduler": t.stopped_by_scheduler, "restart_iteration": t.restart_iteration,
+        "world_size": t.world_size, "world_sizes": list(t.world_sizes), "num_preemptions": t.num_preemptions,
+        "resumable": t.resumable,
+    }
+
+
+def _snapshot(state: ExperimentState) -> dict[str, Any]:
+    """Every field of the state, as plain values (configs and results as their JSON form)."""
+    return {
+        "trials": [_trial_fields(t) for t in state.trials], "meta": to_jsonable(state.meta), "status": state.status,
+        "mlflow_parent_run_id": state.mlflow_parent_run_id, "scheduler": state.scheduler,
+        "start_time": state.start_time, "end_time": state.end_time, "peak_running": state.peak_running,
+        "history": {tid: repr(h) for tid, h in state.history.items()}, "seq": state.seq,
+        "running_since": dict(state.running_since), "paused_at": dict(state.paused_at),
+    }
+
+
+@pytest.mark.parametrize("experiment", ["asha", "hyperband", "pbt", "retries", "errors", "oom_retry", "ctrl_c"])
+def test_live_state_equals_the_reducer_over_the_journal_at_every_event(experiment, storage, tmp_path, monkeypatch):
+    snapshots: list[dict[str, Any]] = []
+    real_apply = _loop.apply
+
+    def recording_apply(state: ExperimentState, event: Any) -> ExperimentState:
+        real_apply(state, event)
+        snapshots.append(_snapshot(state))
+        return state
+
+    monkeypatch.setattr(_loop, "apply", recording_apply)
+    grid = _experiments(tmp_path)[experiment](storage).fit()
+    lines = read_journal(os.path.join(grid.experiment_path, "journal.jsonl"))
+    assert len(snapshots) == len(lines), "every journal line is applied live, once"
+    kinds = {line["event"] for line in lines}
+    expected = {"asha": {"decision"}, "hyperband": {"trial_paused", "trial_resume"}, "pbt": {"exploit"},
+                "retries": {"trial_failure", "checkpoint_deleted"}, "errors": {"trial_failure"},
+                "oom_retry": {"oom_retry"}, "ctrl_c": {"trial_requeued"}}[experiment]
+    assert expected <= kinds, f"the recorded experiment reaches {expected - kinds}"
+    folded = ExperimentState(trials=[], experiment_dir=grid.experiment_path, trusted=True)
+    for k, line in enumerate(lines):
+        apply(folded, from_json(line))
+        want, got = _snapshot(folded), snapshots[k]
+        if got != want:
+            diff = {key: (got[key], want[key]) for key in want if got[key] != want[key]}
+            pytest.fail(f"after journal line {k} ({line['event']}): live != replay: {diff}")
+
+
+def test_ctrl_c_mid_sweep_gives_the_same_statuses_from_fit_status_and_restore(storage):
+    grid = _experiments(None)["ctrl_c"](storage).fit()
+    from_fit = {r.trial_id: r.status for r in grid}
+    assert set(from_fit.values()) >= {"TERMINATED", "PENDING"}  # some ended, the running ones were interrupted
+
+    from tuneplat.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["status", grid.experiment_path, "--json"]) == 0
+    from_status = {t["trial_id"]: t["status"] for t in json.loads(out.getvalue())["trials"]}
+    restored = tune.Tuner.restore(grid.experiment_path, curve, executor=VirtualTimeExecutor(num_slots=2))
+    from_restore = {r.trial_id: r.status for r in restored.get_results()}
+    assert from_fit == from_status == from_restore
+
+
+class _Recording(FIFOScheduler):
+    def __init__(self, calls: list[str], seen: list[float]) -> None:
+        super().__init__()
+        self.calls, self.seen = calls, seen
+
+    def on_trial_result(self, trial_id, result):
+        self.calls.append("scheduler")
+        self.seen.append(result["loss"])
+        return super().on_trial_result(trial_id, result)
+
+
+class _RecordingSearcher(BasicVariantGenerator):
+    def __init__(self, calls: list[str], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.calls = calls
+
+    def on_trial_result(self, trial_id, result):
+        self.calls.append("searcher")
+        super().on_trial_result(trial_id, result)
+
+
+class _Editor(tune.Callback):
+    """Edits every result it is given in place (Ray allows it: its scheduler has decided by then)."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.calls.append("callback")
+        result["loss"] = -1000.0
+
+
+def test_a_callback_editing_a_result_changes_neither_the_scheduler_the_journal_nor_the_best_trial(storage):
+    calls: list[str] = []
+    seen: list[float] = []
+    tuner = _tuner(storage, curve, {"floor": tune.grid_search([0.1, 0.3])}, name="edit", callbacks=[_Editor(calls)],
+                   tc=tune.TuneConfig(metric="loss", mode="min", scheduler=_Recording(calls, seen),
+                                      search_alg=_RecordingSearcher(calls)))
+    grid = tuner.fit()
+    assert calls[:3] == ["scheduler", "searcher", "callback"]  # Ray's order, for every result
+    assert calls == ["scheduler", "searcher", "callback"] * (len(calls) // 3)
+    assert min(seen) > 0  # the scheduler saw the trials' own values
+    journaled = [e["result"]["loss"] for e in read_journal(os.path.join(grid.experiment_path, "journal.jsonl"))
+                 if e["event"] == "result"]
+    assert journaled and min(journaled) > 0
+    best = grid.get_best_result()
+    assert best.config["floor"] == 0.1 and best.metrics["loss"] == pytest.approx(0.1 + 1 / 8)
