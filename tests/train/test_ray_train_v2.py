@@ -232,3 +232,24 @@ def test_tuners_scaling_config_in_param_space_overrides_the_trainers(dask_client
         num_workers=tuneplat.grid_search([1, 2]))}, run_config=_rc(storage, name="override"), client=dask_client).fit()
     assert grid.num_errors == 0
     assert sorted(res.metrics["world_size"] for res in grid) == [1, 2]
+
+
+def test_result_from_path_hands_out_a_pyarrow_filesystem_after_a_bare_import_pyarrow(tmp_path):
+    """Ray's results guide: ``import pyarrow`` then ``result.filesystem`` (a ``pyarrow.fs.FileSystem``)."""
+    trial = tmp_path / "exp" / "trial_0"
+    trial.mkdir(parents=True)
+    (trial / "params.json").write_text('{"lr": 0.1}')
+    (trial / "result.json").write_text('{"loss": 1.0, "training_iteration": 1}\n')
+    code = textwrap.dedent(f"""
+        import pyarrow
+        from tuneplat.train import Result
+        result = Result.from_path({str(trial)!r})
+        fs = result.filesystem
+        assert isinstance(fs, pyarrow.fs.FileSystem), type(fs)
+        info = fs.get_file_info(result.path)
+        print(type(fs).__name__, info.type == pyarrow.fs.FileType.Directory, result.metrics["loss"])
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["LocalFileSystem", "True", "1.0"]
