@@ -317,6 +317,7 @@ class Tuner:
                 trainable_name=self.trainable_name, executor=executor,
                 store=store, callbacks=callbacks, trials=self._resume[1] if self._resume else None,
                 resume=self._resume is not None, syncer=syncer, raw_trainable=self._raw_trainable,
+                reopen=self._resume[3] if self._resume is not None and len(self._resume) > 3 else None,
                 trial_resources=self._trial_resources,
                 trial_io=make_trial_io(self.run_config.log_to_file, chdir=self._chdir_to_trial_dir),
             )
@@ -461,7 +462,8 @@ class Tuner:
             trainable, param_space=param_space if param_space is not None else saved.get("param_space"),
             tune_config=tune_config or saved.get("tune_config"), run_config=rc,
             scaling_config=scaling_config or (None if resources_of(trainable) else saved.get("scaling_config")),
-            client=client, executor=executor, _resume=(path, trials, remote_dir),
+            client=client, executor=executor,
+            _resume=(path, trials, remote_dir, {"resume_errored": resume_errored, "restart_errored": restart_errored}),
         )
 
 

@@ -21,6 +21,7 @@ from tuneplat import read_journal
 from tuneplat.core import _loop
 from tuneplat.core._events import from_json
 from tuneplat.core._journal import to_jsonable
+from tuneplat.core._replay import replay
 from tuneplat.core._state import ExperimentState, apply
 from tuneplat.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, PopulationBasedTraining
 from tuneplat.search import BasicVariantGenerator
@@ -218,3 +219,56 @@ def test_a_callback_editing_a_result_changes_neither_the_scheduler_the_journal_n
     assert journaled and min(journaled) > 0
     best = grid.get_best_result()
     assert best.config["floor"] == 0.1 and best.metrics["loss"] == pytest.approx(0.1 + 1 / 8)
+
+
+def test_a_restored_run_continues_the_same_state_as_the_replay_of_both_runs(storage, tmp_path, monkeypatch):
+    """Tuner.restore(resume_errored=True): the trials it reopens are what the resumed run's experiment event does to
+    the replayed state, so live == fold(journal[:k]) holds through the second run too."""
+    _tuner(storage, fails_then_works, {"floor": tune.grid_search([0.0, 0.3]), "marker": str(tmp_path / "m")},
+           name="reopen", failure_config=tune.FailureConfig(max_failures=0)).fit()
+    path = os.path.join(storage, "reopen")
+    first = len(read_journal(os.path.join(path, "journal.jsonl")))
+    snapshots: list[dict[str, Any]] = []
+    real_apply = _loop.apply
+
+    def recording_apply(state: ExperimentState, event: Any) -> ExperimentState:
+        real_apply(state, event)
+        snapshots.append(_snapshot(state))
+        return state
+
+    monkeypatch.setattr(_loop, "apply", recording_apply)
+    grid = tune.Tuner.restore(path, fails_then_works, resume_errored=True,
+                              executor=VirtualTimeExecutor(num_slots=2)).fit()
+    assert {r.status for r in grid} == {"TERMINATED"} and not any(r.error for r in grid)
+    lines = read_journal(os.path.join(path, "journal.jsonl"))
+    assert lines[first]["event"] == "experiment" and lines[first]["resume_errored"] is True
+    folded = replay(lines[:first], path, trusted=True)  # what the restore read (checkpoints missing on disk dropped)
+    for k, line in enumerate(lines[first:]):
+        apply(folded, from_json(line))
+        want, got = _snapshot(folded), snapshots[k]
+        want.pop("history"), got.pop("history")  # (the live run's history starts at the restore)
+        want.pop("seq"), got.pop("seq")
+        if got["trials"] != want["trials"]:
+            diff = [{f: (g[f], w[f]) for f in w if g[f] != w[f]} for g, w in zip(got["trials"], want["trials"])]
+            pytest.fail(f"after line {first + k} ({line['event']}): {diff}")
+
+
+def test_an_invalid_status_move_raises_live_and_is_tolerated_on_replay(tmp_path):
+    from tuneplat.core import _events as ev
+    from tuneplat.core._phase import ExperimentPhase, InvalidTransition
+
+    events = [ev.TrialAdd(trial_id="t", path=str(tmp_path), config={}),
+              ev.TrialEnd(trial_id="t", status="TERMINATED"), ev.TrialStart(trial_id="t", attempt=1)]
+    live = ExperimentState(trials=[], strict=True)
+    apply(live, events[0])
+    apply(live, events[1])
+    with pytest.raises(InvalidTransition, match="trial t cannot go from TERMINATED to RUNNING"):
+        apply(live, events[2])
+    replayed = ExperimentState(trials=[])
+    for e in events:
+        apply(replayed, e)
+    assert replayed.trials[0].status.value == "RUNNING"  # (a journal an older version wrote still reads)
+    with pytest.raises(InvalidTransition, match="from errored to running"):
+        ExperimentPhase.ERRORED.to(ExperimentPhase.RUNNING)
+    assert ExperimentPhase.FAILING.to(ExperimentPhase.FAILING) is ExperimentPhase.FAILING
+    assert [p.status for p in ExperimentPhase] == ["finished", "finished", "failed", "interrupted", "error"]

@@ -232,8 +232,12 @@ def test_fit_leaves_nothing_of_its_own_on_a_kept_client(dask_client, storage):
 # ---------------------------------------------------------------------- bounded memory
 @pytest.mark.slow
 def test_each_rank_stays_below_the_documented_bound_over_1_5_gb(tmp_path, storage):
-    """1.5 GB of Parquet (one 100 MB file, hard-linked 15 times) read for one epoch by 2 ranks: each rank's RSS grows
-    by less than the bound docs/data-ingest.md states, (prefetch_partitions + 3) row groups + the batches ahead."""
+    """1.5 GB of Parquet (one 150 MB file, hard-linked 10 times) read for one epoch by 2 ranks: each rank's RSS grows
+    by less than the bound docs/data-ingest.md states: twice (prefetch_partitions + 3) row groups and the batches
+    ahead (the data held, and as much again kept by the allocators for reuse), + 64 MB.
+
+    A small file of the same columns is read first (whole, by each rank): the measured growth is the data held,
+    not what a process's first Parquet read costs once (see measure_epoch)."""
     from cluster_fixtures import local_client
 
     cols, group_rows, groups = 25, 100_000, 10  # float32: a row group is 10 MB decoded, a file 100 MB
@@ -242,15 +246,19 @@ def test_each_rank_stays_below_the_documented_bound_over_1_5_gb(tmp_path, storag
     with pq.ParquetWriter(first, pa.schema([(f"f{j}", pa.float32()) for j in range(cols)]), compression="none") as w:
         for _ in range(groups):
             w.write_table(pa.table({f"f{j}": rng.random(group_rows, dtype=np.float32) for j in range(cols)}))
-    for i in range(1, 15):
+    for i in range(1, 10):
         os.link(first, tmp_path / f"f{i:02d}.parquet")
-    size = 15 * first.stat().st_size
+    size = 10 * first.stat().st_size
     assert size > 1.5e9
+    warm = tmp_path / "warm" / "w.parquet"
+    warm.parent.mkdir()
+    pq.write_table(pq.read_table(first).slice(0, 5000), warm)
     group_bytes = group_rows * cols * 4
-    config = DataConfig()
-    bound = (config.prefetch_partitions + 3) * group_bytes + 1 * 1024 * cols * 4
+    config = DataConfig(datasets_to_split=["train"])
+    bound = 2 * ((config.prefetch_partitions + 3) * group_bytes + 1 * 1024 * cols * 4) + 64 * 2**20
     with local_client(2) as client:
-        trainer = TorchTrainer(dt.measure_epoch, datasets={"train": str(tmp_path)}, dataset_config=config,
+        trainer = TorchTrainer(dt.measure_epoch, datasets={"train": str(tmp_path / "f*.parquet"), "warm": str(warm)},
+                               dataset_config=config,
                                scaling_config=tune.ScalingConfig(num_workers=2), run_config=_rc(storage, "bound"),
                                client=client)
         result = trainer.fit()
@@ -258,7 +266,7 @@ def test_each_rank_stays_below_the_documented_bound_over_1_5_gb(tmp_path, storag
     for r in range(2):
         with open(os.path.join(result.path, f"mem{r}.json"), encoding="utf-8") as f:
             ranks.append(json.load(f))
-    assert sum(m["rows"] for m in ranks) == 15 * groups * group_rows
+    assert sum(m["rows"] for m in ranks) == 10 * groups * group_rows
     growth = [m["peak"] - m["before"] for m in ranks]
     print(f"{size / 1e9:.2f} GB of Parquet; each rank's RSS grew by {[round(g / 1e6) for g in growth]} MB; "
           f"documented bound {bound / 1e6:.0f} MB")
