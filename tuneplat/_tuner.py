@@ -278,8 +278,6 @@ class Tuner:
         #: called in fit() once the folder is this run's (the command line saves the sweep file there)
         self._before_run: Callable[[], None] | None = None
         self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
-        #: Tune trials run in their trial folder (Ray's RAY_CHDIR_TO_TRIAL_DIR); a Trainer's own fit() does not (V2)
-        self._chdir_to_trial_dir = True
         self._auto_file_loggers = True  # progress.csv/TensorBoard files unasked (not for a Trainer inside a trial)
 
     def fit(self) -> ResultGrid:
@@ -319,7 +317,7 @@ class Tuner:
                 resume=self._resume is not None, syncer=syncer, raw_trainable=self._raw_trainable,
                 reopen=self._resume[3] if self._resume is not None and len(self._resume) > 3 else None,
                 trial_resources=self._trial_resources,
-                trial_io=make_trial_io(self.run_config.log_to_file, chdir=self._chdir_to_trial_dir),
+                trial_io=make_trial_io(self.run_config.log_to_file),
             )
             if self._resume is None:
                 self._set_aside_previous_journal()

@@ -676,7 +676,8 @@ class TuneLoop:
         old = old if old is not None else previous
         if self.min_world_size is None or old is None or size == old:
             return
-        message = f"resized from {old} to {size} ranks" + (f": {why}" if why else "")
+        why = why or f"{size} rank(s) fit the cluster when the trial started again"
+        message = f"resized from {old} to {size} ranks: {why}"
         self._write(ev.Resize(trial_id=trial.trial_id, from_world_size=old, to_world_size=size,
                                       iteration=start_iteration, reason=why, message=message))
         self.reporter.event(f"trial {trial.trial_id} {message}")
@@ -786,6 +787,11 @@ class TuneLoop:
         self.trial_files.close(trial.trial_id)
         if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
             self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
+        elif self.min_world_size is not None and event.outcome is Outcome.NOT_STARTED:
+            # that attempt never ran: the next one's size is compared with it, and says why it differs
+            self._resize_reasons[trial.trial_id] = (
+                event.world_size, f"the attempt with {event.world_size or '?'} rank(s) never started ("
+                                  f"{event.message or 'a worker was lost before the trial started'})")
         stop_reason = trial.stop_reason or (run.stop_reason if run is not None else None)
         if event.outcome is Outcome.RESIZED and event.preempted:
             self._write(ev.TrialPreempted(trial_id=trial.trial_id, message=event.message))

@@ -110,7 +110,11 @@ class Result:
         config: dict[str, Any] = {}
         if os.path.isfile(params):
             with open(params, encoding="utf-8") as f:
-                config = json.load(f)
+                try:
+                    config = json.load(f)
+                except ValueError as exc:
+                    raise ValueError(f"{params} is damaged (not JSON: {exc}); it holds the trial's config: "
+                                     "restore it from a backup or remove it (the config is then empty)") from None
         history: list[dict[str, Any]] = []
         if os.path.isfile(results):
             with open(results, encoding="utf-8") as f:

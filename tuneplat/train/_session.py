@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import socket
 import sys
@@ -97,6 +98,7 @@ class RankSpec:
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
     rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
+    cpus: float = 1.0  # the CPU slots the rank holds on its host (2 or more: its thread pools use that many)
     #: how long the rank tries to authenticate with the tuner: 3/4 of its start timeout (the tuner gives up then,
     #: so the rank's own failure, with its cause, comes first)
     connect_within_s: float = field(default_factory=lambda: 0.75 * env_seconds("TUNEPLAT_START_TIMEOUT_S", 90))
@@ -227,6 +229,9 @@ class Session:
         self.save_requested = False  # the last report's answer asked for a checkpoint of that step
         self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
+        #: run (once) by the heartbeat thread when the tuner hung up while user code runs: they release user code
+        #: blocked where the tuner cannot reach it (a collective waiting for a peer that is gone)
+        self.on_tuner_lost: list[Any] = []
         self.backend_group: Any = None  # the rank's train._backend.RankGroup while its trial runs
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
         self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
@@ -442,8 +447,26 @@ class Heartbeat:
                     stats = None
                 session.send(proto.Ping(stats))
             except OSError:
+                _tuner_lost(session)
                 if not session.finished.wait(session.spec.abort_grace_s):
                     os._exit(70)
+
+
+def _tuner_lost(session: Session) -> None:
+    """The tuner hung up on a running trial (it aborted the group): release what user code may be blocked in.
+
+    A rank blocked in a collective whose peer vanished (its host's link cut: no
+    FIN ever comes) would wait for the collective's own timeout, and the worker
+    process would then be ended after ``abort_grace_s``; the hooks (the torch
+    backend's: shut the process group's connections) make the collective fail
+    now, so user code unwinds and the worker stays usable for the next attempt.
+    """
+    hooks, session.on_tuner_lost = session.on_tuner_lost, []
+    for hook in hooks:
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - best effort: the abort grace still bounds the wait
+            logging.getLogger("tuneplat").debug("tuneplat: a tuner-lost hook failed", exc_info=True)
 
 
 _local = threading.local()

@@ -262,7 +262,6 @@ class DataParallelTrainer(ConvertibleTrainer):
             except Exception:  # noqa: BLE001 - restore then needs train_loop_per_worker=
                 pass
         tuner._caller = f"{self._name}.fit()"
-        tuner._chdir_to_trial_dir = False  # Ray Train V2: a Trainer's workers keep their working directory
         tuner._auto_file_loggers = current_session() is None  # inside a trial: the trial's files are the record
         try:
             result = tuner.fit()[0]
