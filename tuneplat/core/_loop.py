@@ -676,7 +676,8 @@ class TuneLoop:
         old = old if old is not None else previous
         if self.min_world_size is None or old is None or size == old:
             return
-        message = f"resized from {old} to {size} ranks" + (f": {why}" if why else "")
+        why = why or f"{size} rank(s) fit the cluster when the trial started again"
+        message = f"resized from {old} to {size} ranks: {why}"
         self._write(ev.Resize(trial_id=trial.trial_id, from_world_size=old, to_world_size=size,
                                       iteration=start_iteration, reason=why, message=message))
         self.reporter.event(f"trial {trial.trial_id} {message}")
@@ -754,7 +755,12 @@ class TuneLoop:
             self._write(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
         # Ray's order: the scheduler decides, then the searcher hears the result, then the callbacks get a copy of
         # it (an edit there changes neither the decision, the searcher's input, the journal nor the best trial)
-        decision, reason, pruned = self.actions.decide(trial, run, result)
+        try:
+            decision, reason, pruned = self.actions.decide(trial, run, result)
+        except TypeError as exc:  # e.g. a non-numeric time_attr value: this trial fails (not the experiment)
+            self._no_retry.add(trial.trial_id)  # (its next result would fail the same way)
+            self.executor.fail(trial.trial_id, f"TypeError: {exc}")
+            return
         self.searcher.on_trial_result(trial.trial_id, result)
         self.hooks.trial_result(trial, _copy_result(result))
         if decision is not Decision.CONTINUE:
@@ -766,6 +772,10 @@ class TuneLoop:
                 pruned=pruned if decision is Decision.STOP else None))
             self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
         save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
+        if event.staged and path is not None:
+            # a checkpoint is durable once report() returns (as in Ray): its journal line is on disk before the
+            # answer, so a driver killed now resumes from it (job-level restarts, Tuner.restore)
+            self.journal.sync(force=True)
         self.executor.answer(trial.trial_id, decision, save=save)
 
     # ------------------------------------------------------------------ trial end
@@ -777,6 +787,11 @@ class TuneLoop:
         self.trial_files.close(trial.trial_id)
         if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
             self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
+        elif self.min_world_size is not None and event.outcome is Outcome.NOT_STARTED:
+            # that attempt never ran: the next one's size is compared with it, and says why it differs
+            self._resize_reasons[trial.trial_id] = (
+                event.world_size, f"the attempt with {event.world_size or '?'} rank(s) never started ("
+                                  f"{event.message or 'a worker was lost before the trial started'})")
         stop_reason = trial.stop_reason or (run.stop_reason if run is not None else None)
         if event.outcome is Outcome.RESIZED and event.preempted:
             self._write(ev.TrialPreempted(trial_id=trial.trial_id, message=event.message))
