@@ -225,6 +225,9 @@ class Tuner:
                                  "scaling_config= as well; give them in one place.")
             self.scaling_config = resources
         self.scaling_config = self.scaling_config or ScalingConfig()
+        if self.scaling_config.num_workers == 0:
+            raise ValueError("ScalingConfig(num_workers=0) is Ray Train V2's local mode: it runs a Trainer's fit() in "
+                             "this process, not trials of a Tuner. Give the Tuner num_workers >= 1.")
         if not isinstance(self.tune_config, TuneConfig):
             raise TypeError(f"tune_config must be a tuneplat.TuneConfig, got {type(self.tune_config).__name__}")
         if not isinstance(self.run_config, RunConfig):

@@ -96,8 +96,10 @@ def descent(config):
         asked = should_checkpoint()
         notice = get_preemption_info()  # (Ray Train V2's way to ask the same)
         metrics = {"step": step + 1, "world_size": world, "shard": len(xs), "asked": asked, "pid": os.getpid(),
-                   "w0": float(w[0]),
-                   "w1": float(w[1]), "preempted_ranks": notice.preempted_ranks if notice is not None else None}
+                   "w0": float(w[0]), "w1": float(w[1]),
+                   "preempted_ranks": notice.preempted_ranks if notice is not None else None,
+                   "preempted_nodes": [dict(notice.preempted_node_to_ranks), notice.preempted_node_ids]
+                   if notice is not None else None}
         if (step + 1) % config["every"] == 0 or asked:
             with tempfile.TemporaryDirectory() as folder:
                 torch.save({"w": w, "step": step + 1}, os.path.join(folder, "state.pt"))
@@ -366,6 +368,9 @@ def test_a_retiring_worker_is_checkpointed_before_it_goes_and_no_step_is_lost(tm
     # which every rank saw, with the leaving rank (Ray's get_preemption_info)
     assert len(asked) == 1 and asked[0] >= 4 and last == asked[0] + 3
     assert [r["preempted_ranks"] for r in rows if r["asked"]] == [[1]]
+    # Ray V2's node fields: the leaving node is rank 1's Dask worker (its address), with rank 1 on it
+    address = Variable("tuneplat-test-rank-1", client=client).get(timeout=30)[0]
+    assert [r["preempted_nodes"] for r in rows if r["asked"]] == [[{address: [1]}, [address]]]
     assert [(r["world_size"], r["shard"]) for r in rows] == [(2, 12)] * asked[0] + [(1, 24)] * 3
     events = _journal(os.path.dirname(result.path))
     kinds = [e["event"] for e in events]

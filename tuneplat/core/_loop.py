@@ -755,7 +755,12 @@ class TuneLoop:
             self._write(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
         # Ray's order: the scheduler decides, then the searcher hears the result, then the callbacks get a copy of
         # it (an edit there changes neither the decision, the searcher's input, the journal nor the best trial)
-        decision, reason, pruned = self.actions.decide(trial, run, result)
+        try:
+            decision, reason, pruned = self.actions.decide(trial, run, result)
+        except TypeError as exc:  # e.g. a non-numeric time_attr value: this trial fails (not the experiment)
+            self._no_retry.add(trial.trial_id)  # (its next result would fail the same way)
+            self.executor.fail(trial.trial_id, f"TypeError: {exc}")
+            return
         self.searcher.on_trial_result(trial.trial_id, result)
         self.hooks.trial_result(trial, _copy_result(result))
         if decision is not Decision.CONTINUE:
@@ -767,6 +772,10 @@ class TuneLoop:
                 pruned=pruned if decision is Decision.STOP else None))
             self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
         save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
+        if event.staged and path is not None:
+            # a checkpoint is durable once report() returns (as in Ray): its journal line is on disk before the
+            # answer, so a driver killed now resumes from it (job-level restarts, Tuner.restore)
+            self.journal.sync(force=True)
         self.executor.answer(trial.trial_id, decision, save=save)
 
     # ------------------------------------------------------------------ trial end

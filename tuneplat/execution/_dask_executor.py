@@ -310,7 +310,12 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         if group.preempted is not None:
             # "checkpoint now": class trainables save at once (save=True); function trainables see
             # should_checkpoint() / get_preemption_info() and pass a checkpoint to their next report
-            reply = proto.Answer(decision, True, {"ranks": list(group.preempted_ranks), "reason": group.preempted})
+            nodes: dict[str, list[int]] = {}
+            for r in group.ranks:  # (get_preemption_info().preempted_node_to_ranks: a node is a Dask worker)
+                if r.index in group.preempted_ranks:
+                    nodes.setdefault(r.assignment.address, []).append(r.index)
+            reply = proto.Answer(decision, True, {"ranks": list(group.preempted_ranks), "reason": group.preempted,
+                                                  "nodes": nodes})
         for r in group.ranks:
             self._send(r, reply)
 

@@ -256,7 +256,7 @@ class Ledger:
                 f"its host), but the cluster has {ledger.describe()}{more}.{why} Lower ScalingConfig(num_workers=..., "
                 "resources_per_worker=...), or add workers/GPUs to the cluster (the embedded cluster: "
                 f"TUNEPLAT_NUM_CPUS={max(n, 2)} gives it that many worker slots, more than the cores if need be, "
-                "as Ray's RAY_OVERRIDE_RESOURCES)."
+                "as Ray's RAY_OVERRIDE_RESOURCES)." + _accelerator_hint(request)
             )
 
     def release(self, assignment: Assignment) -> None:
@@ -295,3 +295,14 @@ class _LeasedLedger(Ledger):
 
     def check_fits_empty(self, request: Any, n: int, strategy: str = "PACK", starting: Any = ()) -> None:
         """Nothing to check here: the enclosing trial's tuner refuses a group that can never fit beside the trial."""
+
+
+def _accelerator_hint(request: Mapping[str, float]) -> str:
+    """What to do about a ``ScalingConfig(accelerator_type=...)`` that no worker has (Ray's resource name)."""
+    from .._config import ACCELERATOR_PREFIX
+
+    for key in request:
+        if key.startswith(ACCELERATOR_PREFIX):
+            return (f" ScalingConfig(accelerator_type={key[len(ACCELERATOR_PREFIX):]!r}) places ranks only on Dask "
+                    f"workers with the resource {key!r}: start them with `dask worker ... --resources \"{key}=1\"`.")
+    return ""

@@ -18,7 +18,14 @@ from .._settings import env_seconds
 from ..execution import _protocol as proto
 from ..execution._wire import max_report_bytes
 from ..storage._checkpoint import Checkpoint
-from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
+from ..storage._storage import (
+    checkpoint_name,
+    is_remote,
+    remote_stage_checkpoint,
+    reported_checkpoints,
+    stage_checkpoint,
+    write_checkpoint_metrics,
+)
 from ._telemetry import RankMonitor
 
 __all__ = [
@@ -245,6 +252,20 @@ class Session:
         else:
             stage_checkpoint(folder, self.spec.trial_dir, name)
 
+    def _keep_metrics(self, result: dict[str, Any]) -> None:
+        name = checkpoint_name(self.iteration)
+        if self.spec.remote_trial_dir is not None:
+            write_checkpoint_metrics(self.spec.remote_trial_dir, name, result, self.spec.storage_fs)
+        else:
+            write_checkpoint_metrics(self.spec.trial_dir, name, result)
+
+    def reported_checkpoints(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
+        """The trial's committed checkpoints (every attempt's, as retention left them), oldest first."""
+        if self.spec.remote_trial_dir is not None:
+            fs = self.spec.storage_fs
+            return [(Checkpoint(p, fs), m) for p, m in reported_checkpoints(self.spec.remote_trial_dir, fs)]
+        return [(Checkpoint(p), m) for p, m in reported_checkpoints(self.spec.trial_dir)]
+
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None:
         if self.stopped:
             raise StopTrial()
@@ -277,6 +298,8 @@ class Session:
                 hostname=self.hostname,
             )
             result.update(gpu_memory())
+            if staged:  # kept beside the checkpoint for get_all_reported_checkpoints()
+                self._keep_metrics(result)
         self.last_report_time = now
         self.monitor.on_report(metrics)
         self.monitor.state = "reporting"  # waiting for the tuner's decision (every rank of the group reports)
@@ -291,7 +314,7 @@ class Session:
             notice = reply.notice  # a worker of the group is leaving: checkpoint now
             self.checkpoint_requested = bool(notice)
             if notice is not None:
-                self.preemption = PreemptionInfo(list(notice.get("ranks", [])), None, str(notice.get("reason", "")))
+                self.preemption = preemption_from_notice(notice)
             if reply.decision is not Decision.CONTINUE:
                 self.stopped = True
                 raise StopTrial()
@@ -518,11 +541,37 @@ class CheckpointUploadMode(enum.Enum):
 
 @dataclass(frozen=True)
 class PreemptionInfo:
-    """A notice that this rank's worker is going away (Ray Train V2's ``ray.train.PreemptionInfo``)."""
+    """A notice that workers of this group are going away (Ray Train V2's ``ray.train.PreemptionInfo``).
 
-    preempted_ranks: list[int]
-    deadline_ms: int | None = None
+    Attributes:
+        deadline_ms: when they go (UNIX time in milliseconds), None when unknown (Dask announces no deadline).
+        preempted_node_to_ranks: each leaving node (the Dask worker's address) to the world ranks it runs.
+        reason: why, in words (tuneplat's addition).
+    """
+
+    deadline_ms: int | None
+    preempted_node_to_ranks: dict[str, list[int]]
     reason: str = ""
+
+    @property
+    def preempted_node_ids(self) -> list[str]:
+        """The leaving nodes, sorted."""
+        return sorted(self.preempted_node_to_ranks)
+
+    @property
+    def preempted_ranks(self) -> list[int]:
+        """Every rank on a leaving node, ascending."""
+        return sorted({r for ranks in self.preempted_node_to_ranks.values() for r in ranks})
+
+
+def preemption_from_notice(notice: dict[str, Any]) -> PreemptionInfo:
+    """The :class:`PreemptionInfo` of a notice the tuner sent (``{"ranks", "nodes", "reason"}``)."""
+    nodes = {str(k): sorted(int(r) for r in v) for k, v in dict(notice.get("nodes") or {}).items()}
+    listed = {r for v in nodes.values() for r in v}
+    rest = sorted(int(r) for r in notice.get("ranks", []) if int(r) not in listed)
+    if rest:  # (a rank whose node is not named: keyed by its rank)
+        nodes.update({f"rank-{r}": [r] for r in rest})
+    return PreemptionInfo(None, nodes, str(notice.get("reason", "")))
 
 
 def get_preemption_info() -> PreemptionInfo | None:
