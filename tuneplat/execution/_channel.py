@@ -60,6 +60,7 @@ __all__ = [
     "ACCEPT_BATCH",
     "AUTH_TIMEOUT_S",
     "MAX_PENDING",
+    "OTHER_USER",
     "PREAUTH_MAX_FRAME",
     "REFUSED",
     "AuthError",
@@ -95,6 +96,8 @@ MAX_PENDING_TOTAL = 256
 ACCEPT_BATCH = 64
 #: the tuner's answer to a token it does not know (the trial has ended or never was)
 REFUSED = b"GONE"
+#: the local socket's answer to a process of another user (sent without reading anything from it)
+OTHER_USER = b"USER"
 #: how long the listener stops accepting when the process is out of descriptors and nothing can be shed
 _EMFILE_PAUSE_S = 0.5
 
@@ -117,6 +120,10 @@ class TunerUnreachable(ConnectionError):
 
 class HandshakeLost(ConnectionError):
     """The connection closed (or stalled) before authentication finished; trying again may succeed."""
+
+
+class OtherUser(HandshakeLost):
+    """The tuner's local socket serves only the tuner's own uid; a rank running as another user uses TCP."""
 
 
 class HandshakeFailed(ConnectionError):
@@ -221,7 +228,10 @@ def connect(address: tuple[str, int], token: bytes, ssl_context: ssl.SSLContext 
     host, port = address
     near = _connect_local(local, timeout)
     if near is not None:
-        return _authenticate(near, token, f"the tuner's local socket @{local}", where)
+        try:
+            return _authenticate(near, token, f"the tuner's local socket @{local}", where)
+        except OtherUser:  # this rank runs as another user than the tuner: the TCP port (TLS) serves it
+            pass
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
@@ -296,7 +306,11 @@ def _authenticate(sock: socket.socket, token: bytes, peer: str, where: str) -> s
     try:
         nonce_r = secrets.token_bytes(NONCE_BYTES)
         tid, secret = token[:ID_BYTES], token[ID_BYTES:]
-        _send_raw(sock, MAGIC + tid + nonce_r)
+        try:
+            _send_raw(sock, MAGIC + tid + nonce_r)
+            sent: OSError | None = None
+        except OSError as exc:  # closed already: what it said before closing (if anything) is still to be read
+            sent = exc
         try:
             reply = _recv_raw(sock)
         except AuthError:
@@ -306,6 +320,11 @@ def _authenticate(sock: socket.socket, token: bytes, peer: str, where: str) -> s
                                 f"{exc})") from None
         if reply == REFUSED:
             raise TokenRefused(f"{peer} refused this rank's token: the trial has ended")
+        if reply == OTHER_USER:
+            raise OtherUser(f"{peer} takes connections from the tuner's own user only")
+        if sent is not None:
+            raise HandshakeLost(f"the connection to {peer} was lost before authenticating ({type(sent).__name__}: "
+                                f"{sent})")
         nonce_t, proof = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
         if len(nonce_t) != NONCE_BYTES or not hmac.compare_digest(proof, _mac(secret, b"tuner", nonce_r, nonce_t)):
             raise AuthError(f"the process answering as {peer} is not the tuner that started this trial "
@@ -422,7 +441,11 @@ class Listener:
                 return
             if not tcp and not self._same_user(sock):
                 self.refused_uid += 1
-                sock.close()  # another user: not a byte of it is read
+                try:  # not a byte of it is read; a rank of the user's running as another uid goes to TCP
+                    sock.send(_LEN.pack(len(OTHER_USER)) + OTHER_USER)
+                except OSError:
+                    pass
+                sock.close()
                 continue
             tls = tcp and self.ssl_context is not None
             source = addr[0] if tcp and isinstance(addr, tuple) else "local"
