@@ -364,7 +364,10 @@ class DataParallelTrainer(ConvertibleTrainer):
             raise ValueError(f"{path} has no {_TRAINER_FILE}: pass the training function again, "
                              f"{cls.__name__}.restore({path!r}, train_loop_per_worker=...).")
         if not cls.can_restore(folder):
-            raise FileNotFoundError(f"{path} is not a run that can be restored (no readable journal.jsonl).")
+            from ..core._replay import restore_problem
+
+            raise FileNotFoundError(f"{path} is not a run that can be restored: "
+                                    f"{restore_problem(folder) or 'no readable journal.jsonl'}")
         fn = train_loop_per_worker or saved.train_loop_per_worker  # type: ignore[union-attr]
         names = list(getattr(saved, "_dataset_names", None) or [])
         if names and kwargs.get("datasets") is None:
