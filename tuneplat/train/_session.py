@@ -663,27 +663,3 @@ def get_context() -> TrainContext:
     """
     session = current_session()
     return session.context if session is not None else TrainContext(None)
-
-
-def _monitor() -> RankMonitor | None:
-    session = current_session()
-    return getattr(session, "monitor", None) if session is not None else None
-
-
-def count_samples(n: int, waited_s: float | None = None) -> None:
-    """Count a batch of ``n`` samples (and the time spent waiting for it) for this rank's throughput.
-
-    Called by :func:`tuneplat.train.torch.prepare_data_loader`'s loader for
-    every batch; dataset shards call it too. A no-op outside a trial.
-    """
-    m = _monitor()
-    if m is not None:
-        m.on_batch(n, waited_s)
-
-
-def note_data_wait(seconds: float) -> None:
-    """Add time this rank spent waiting for data without drawing a batch. A no-op outside a trial."""
-    m = _monitor()
-    if m is not None:
-        m.wait_known = True
-        m.data_wait_s += seconds
