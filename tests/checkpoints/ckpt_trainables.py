@@ -89,3 +89,19 @@ def empty_then_listed(config):
     tune.report({"listed": [[os.path.basename(r.checkpoint.path.rstrip("/")), r.metrics.get("score"),
                              r.status.value] for r in listed],
                  "restored": restored, "start": start})
+
+
+def fails_once_at_3(config):
+    """Steps 1..4, a checkpoint each; without a checkpoint to start from, it fails at step 3."""
+    ckpt = train.get_checkpoint()
+    start = 0
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            start = json.load(open(os.path.join(d, "state.json")))["step"]
+    for step in range(start + 1, 5):
+        if ckpt is None and step == 3:
+            raise RuntimeError(f"the first run broke at step {step}")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            train.report({"step": step, "start": start}, checkpoint=tune.Checkpoint.from_directory(d))

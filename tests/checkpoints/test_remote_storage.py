@@ -242,3 +242,26 @@ def test_an_empty_folder_is_a_checkpoint_on_s3_as_on_local_disk(dask_client, s3,
         assert r.metrics["listed"] == [["checkpoint_000003", 3.0, "COMMITTED"], ["checkpoint_000004", 4.0, "COMMITTED"]]
         with r.checkpoint.as_directory() as d:
             assert os.listdir(d) == []
+
+
+def test_a_relaunched_trainer_on_s3_resumes_the_run_that_did_not_finish(dask_client, s3, cache_dir):
+    """Ray Train V2's job-level restart with cloud storage: the same RunConfig(storage_path="s3://...", name=) on a
+    machine without the local cache (a new driver) continues from the run's latest checkpoint there."""
+    import shutil as _shutil
+
+    import tuneplat.train as train
+    from tuneplat.train.torch import TorchTrainer
+
+    fs, url = s3
+
+    def trainer():
+        return TorchTrainer(T.fails_once_at_3, scaling_config=train.ScalingConfig(num_workers=1),
+                            run_config=_rc(fs, url, name="job"), client=dask_client)
+
+    with pytest.raises(train.WorkerGroupError, match="first run broke at step 3"):
+        trainer().fit()
+    _shutil.rmtree(cache_dir, ignore_errors=True)  # (a new machine: only S3 holds the run)
+    result = trainer().fit()
+    assert (result.metrics["step"], result.metrics["start"]) == (4, 2)  # from step 2's checkpoint on S3
+    with pytest.raises(train.WorkerGroupError, match="first run broke at step 3"):
+        trainer().fit()  # finished: a new run starts afresh (from no checkpoint, so it breaks at step 3 again)

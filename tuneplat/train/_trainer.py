@@ -66,28 +66,45 @@ def _nested_run(run_config: RunConfig | None) -> RunConfig:
     return dataclasses.replace(rc, **changes) if changes else rc
 
 
+def _journal_of(run_config: RunConfig) -> tuple[str, Any, str] | None:
+    """``(folder or URL, remote fsspec filesystem or None, journal text)`` of ``storage_path/name``; None without one."""
+    import os
+
+    from ..storage._storage import resolve_storage, rjoin
+
+    if not run_config.name:
+        return None
+    try:
+        storage = resolve_storage(run_config.storage_path, run_config.storage_filesystem)
+    except ValueError:
+        return None
+    if storage.fs is not None:
+        url = storage.remote_experiment(run_config.name)
+        assert url is not None
+        try:
+            text = storage.fs.cat_file(rjoin(url, "journal.jsonl")).decode("utf-8", errors="replace")
+        except (FileNotFoundError, OSError):
+            return None
+        return url, storage.fs, text
+    folder = os.path.join(storage.local_root, run_config.name)
+    try:
+        with open(os.path.join(folder, "journal.jsonl"), encoding="utf-8", errors="replace") as f:
+            return folder, None, f.read()
+    except OSError:
+        return None
+
+
 def _earlier_run(run_config: RunConfig) -> str | None:
     """Ray Train V2 inside a retried Tune trial: the run of the same ``storage_path`` and ``name`` continues.
 
-    The folder of an earlier run with that name that recorded a trial (a local
-    or ``file://`` storage path), else None (a new run).
+    The folder (or remote URL) of an earlier run with that name that recorded a trial, else None (a new run).
     """
-    import os
-
-    from ..storage._storage import resolve_storage_path
-
-    storage = run_config.storage_path
-    if not run_config.name or (storage is not None and "://" in str(storage) and not str(storage).startswith("file:")):
-        return None
-    folder = os.path.join(resolve_storage_path(storage), run_config.name)
-    try:
-        with open(os.path.join(folder, "journal.jsonl"), encoding="utf-8", errors="replace") as f:
-            recorded = any('"trial_add"' in line for line in f)
-    except OSError:
+    found = _journal_of(run_config)
+    if found is None or '"trial_add"' not in found[2]:
         return None
     from .._tuner import Tuner
 
-    return folder if recorded and Tuner.can_restore(folder) else None
+    return found[0] if Tuner.can_restore(found[0], storage_filesystem=found[1]) else None
 
 
 class _PlacementFailed(ControllerError, PlacementError):
@@ -95,22 +112,32 @@ class _PlacementFailed(ControllerError, PlacementError):
 
 
 def _unfinished_run(run_config: RunConfig) -> str | None:
-    """The folder of a run with this ``storage_path``/``name`` that did not finish (a local or ``file://`` path).
+    """The folder (or remote URL) of a run with this ``storage_path``/``name`` that did not finish.
 
     None when there is none, or when every trial of it ended TERMINATED (then ``fit()`` starts afresh and the
-    old run moves aside, as a Tuner's rerun does).
+    old run moves aside, as a Tuner's rerun does). Read from the run's journal: each trial's last ``trial_end``.
     """
+    import json
+
     folder = _earlier_run(run_config)
     if folder is None:
         return None
-    from ..core._replay import load_trials
-    from ..core._trial import TrialStatus
-
-    try:
-        trials, _meta = load_trials(folder, trusted=True)  # (this user's own experiment folder)
-    except Exception:  # noqa: BLE001 - unreadable: the Tuner sets it aside and starts afresh, saying so
-        return None
-    if trials and all(t.status is TrialStatus.TERMINATED for t in trials):
+    found = _journal_of(run_config)
+    assert found is not None
+    added: set[str] = set()
+    last: dict[str, str] = {}
+    for line in found[2].splitlines():
+        if '"trial_add"' not in line and '"trial_end"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line torn by the crash
+        if event.get("event") == "trial_add":
+            added.add(str(event.get("trial_id")))
+        elif event.get("event") == "trial_end":
+            last[str(event.get("trial_id"))] = str(event.get("status"))
+    if added and all(last.get(t) == "TERMINATED" for t in added):
         return None
     return folder
 
@@ -249,8 +276,13 @@ class DataParallelTrainer(ConvertibleTrainer):
                                "instead, give RunConfig(name=...) another name.", f"{self._name}.fit()",
                                restore_path)
         if restore_path is not None:
+            from ..storage._storage import is_remote
+
+            fs = run_config.storage_filesystem if run_config is not None and is_remote(restore_path) else None
             tuner = Tuner.restore(restore_path, self, resume_errored=True, client=self.client,
-                                  run_config=run_config if run_config is not self.run_config else None)
+                                  run_config=run_config if run_config is not self.run_config or fs is not None
+                                  else None,  # (a remote filesystem's credentials are not saved with the run)
+                                  storage_filesystem=fs)
         else:
             tuner = Tuner(self, run_config=run_config, client=self.client)
             try:  # what restore() needs when it is not given the training function again (Ray's trainer.pkl)
@@ -332,7 +364,10 @@ class DataParallelTrainer(ConvertibleTrainer):
             raise ValueError(f"{path} has no {_TRAINER_FILE}: pass the training function again, "
                              f"{cls.__name__}.restore({path!r}, train_loop_per_worker=...).")
         if not cls.can_restore(folder):
-            raise FileNotFoundError(f"{path} is not a run that can be restored (no readable journal.jsonl).")
+            from ..core._replay import restore_problem
+
+            raise FileNotFoundError(f"{path} is not a run that can be restored: "
+                                    f"{restore_problem(folder) or 'no readable journal.jsonl'}")
         fn = train_loop_per_worker or saved.train_loop_per_worker  # type: ignore[union-attr]
         names = list(getattr(saved, "_dataset_names", None) or [])
         if names and kwargs.get("datasets") is None:
