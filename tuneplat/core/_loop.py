@@ -763,6 +763,10 @@ class TuneLoop:
             return
         self.searcher.on_trial_result(trial.trial_id, result)
         self.hooks.trial_result(trial, _copy_result(result))
+        if self.hooks.wants_group_reports:  # (Ray V2's UserCallback: every rank's metrics)
+            others = (event.rank_metrics or [None])[1:]
+            self.hooks.group_report(trial, _copy_result(result),
+                                    [_copy_result(result), *(_copy_result(m) if m else {} for m in others)])
         if decision is not Decision.CONTINUE:
             run.decision = decision
             run.abort_at = None
