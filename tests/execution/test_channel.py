@@ -178,7 +178,7 @@ def test_unknown_token_and_wrong_secret_are_refused(tuner):
 
 
 def test_a_peer_that_does_not_authenticate_in_time_is_dropped(monkeypatch):
-    monkeypatch.setattr(_channel, "AUTH_TIMEOUT_S", 0.2)
+    monkeypatch.setenv("TUNEPLAT_AUTH_TIMEOUT_S", "0.2")
     t = Tuner()
     try:
         sock = socket.create_connection(t.address)

@@ -44,3 +44,14 @@ def test_a_rank_no_host_can_hold_is_refused_with_the_numbers():
     message = str(err.value)
     assert "No host has 3 CPUs for one rank" in message and "the largest has 2" in message
     assert "CPUs per host [2.0, 1.0]" in message
+
+
+def test_a_worker_that_left_gives_its_hosts_cpus_back():
+    ledger = _ledger()
+    big = ledger.allocate({"CPU": 2}, 1)
+    assert big is not None and ledger.allocate({"CPU": 1}, 1, "PACK") is not None  # (host b's)
+    gone = big[0].address
+    ledger.refresh([s for a, s in ledger.slots.items() if a != gone])  # its process died: the rank with it
+    ledger.release(big[0])  # (the executor forgets the rank afterwards: nothing is given back twice)
+    got = ledger.allocate({"CPU": 1}, 1)
+    assert got is not None and got[0].host == "a"  # host a's remaining process and CPU are free again

@@ -17,7 +17,7 @@ serves with the client's certificate, ranks connect with their worker's, and
 each side verifies the other against the cluster's CA.
 
 Before a peer has authenticated, the listener bounds what it can cost: frames
-of at most :data:`PREAUTH_MAX_FRAME` bytes, :data:`AUTH_TIMEOUT_S` to finish
+of at most :data:`PREAUTH_MAX_FRAME` bytes, :func:`auth_timeout_s` to finish
 (TLS handshake included), at most :data:`MAX_PENDING` such connections *per
 source* (the local socket is one source, each TCP peer address another: a new
 connection sheds the oldest pending one of its own source, never another
@@ -58,7 +58,6 @@ from ._wire import max_report_bytes, sendall
 
 __all__ = [
     "ACCEPT_BATCH",
-    "AUTH_TIMEOUT_S",
     "MAX_PENDING",
     "OTHER_USER",
     "PREAUTH_MAX_FRAME",
@@ -85,8 +84,10 @@ SECRET_BYTES = 16
 NONCE_BYTES = 16
 #: the largest frame a peer may send before it has authenticated (the three handshake frames are 32-48 bytes)
 PREAUTH_MAX_FRAME = 256
-#: seconds a peer has to complete the TLS handshake and the token exchange
-AUTH_TIMEOUT_S = env_seconds("TUNEPLAT_AUTH_TIMEOUT_S", 10)
+def auth_timeout_s() -> float:
+    """Seconds a peer has to complete the TLS handshake and the token exchange (``TUNEPLAT_AUTH_TIMEOUT_S``)."""
+    return env_seconds("TUNEPLAT_AUTH_TIMEOUT_S", 10)
+
 #: connections from one source (the local socket, or one TCP peer address) that have not authenticated yet, at
 #: most (the source's oldest is dropped for a new one)
 MAX_PENDING = 64
@@ -356,7 +357,7 @@ class Conn:
         self.handshaken = not tls
         self.state = 0  # 0: expects the token id, 1: expects the rank's proof, 2: authenticated
         self.opened = time.monotonic()
-        self.deadline = self.opened + AUTH_TIMEOUT_S
+        self.deadline = self.opened + auth_timeout_s()
         self.secret = b""
         self.nonce_r = b""
         self.nonce_t = b""

@@ -56,7 +56,7 @@ class Ledger:
         self._retry_at: dict[str, float] = {}  # quarantined for a while (its host could not reach the tuner)
         self.pools: dict[str, list[float]] = {}
         self._pool_size: dict[str, list[float]] = {}
-        self.cpu_held: dict[str, float] = {}  # host -> CPUs its placed ranks hold
+        self._cpu_at: dict[str, tuple[str, float]] = {}  # worker address -> (its host, CPUs its rank holds there)
 
     def refresh(self, slots: list[Slot]) -> None:
         new = {s.address: s for s in slots}
@@ -64,6 +64,7 @@ class Ledger:
             if addr not in new:
                 del self.slots[addr]
                 self.load.pop(addr, None)
+                self._cpu_at.pop(addr, None)  # (its process is gone, and its rank with it)
                 self.quarantined.discard(addr)
                 self._dead_pid.pop(addr, None)
                 self._retry_at.pop(addr, None)
@@ -89,6 +90,14 @@ class Ledger:
         text = (f"{len(self.slots)} worker process(es) on {len(hosts)} host(s), CPU per worker {cpus}, "
                 f"CPUs per host {sorted(hosts.values(), reverse=True)}, {gpus:g} GPU(s)")
         return text + (f", custom resources {extra}" if extra else "")
+
+    @property
+    def cpu_held(self) -> dict[str, float]:
+        """Each host's CPUs held by the ranks placed there."""
+        out: dict[str, float] = {}
+        for host, cpu in self._cpu_at.values():
+            out[host] = out.get(host, 0.0) + cpu
+        return out
 
     def host_cpus(self) -> dict[str, float]:
         """Each host's CPUs: those of its worker processes together."""
@@ -206,7 +215,9 @@ class Ledger:
         self.pools = pools
         for a in got:
             self.load[a.address] = self.load.get(a.address, 0) + 1
-            self.cpu_held[a.host] = self.cpu_held.get(a.host, 0.0) + a.cpu
+            if a.cpu:
+                host, held = self._cpu_at.get(a.address, (a.host, 0.0))
+                self._cpu_at[a.address] = (host, held + a.cpu)
         return got
 
     def allocate_between(self, request: Mapping[str, float], lo: int, hi: int,
@@ -262,9 +273,12 @@ class Ledger:
     def release(self, assignment: Assignment) -> None:
         if self.load.get(assignment.address, 0) > 0:
             self.load[assignment.address] -= 1
-            if assignment.cpu:
-                left = self.cpu_held.get(assignment.host, 0.0) - assignment.cpu
-                self.cpu_held[assignment.host] = max(0.0, left) if left > 1e-9 else 0.0
+            if assignment.cpu and assignment.address in self._cpu_at:
+                host, held = self._cpu_at[assignment.address]
+                if held - assignment.cpu > 1e-9:
+                    self._cpu_at[assignment.address] = (host, held - assignment.cpu)
+                else:
+                    del self._cpu_at[assignment.address]
         if assignment.gpu_pool and assignment.gpu_pool in self.pools:
             devices = self.pools[assignment.gpu_pool]
             for i in assignment.gpu_ids:

@@ -301,9 +301,10 @@ def _release_gpu_memory() -> None:
         pass
 
 
-#: how long an idle runner waits for the tuner's next trial before it returns (a safety net: the tuner answers
-#: "next" or "bye" in the same pass of its loop that handled "done")
-IDLE_WAIT_S = env_seconds("TUNEPLAT_RUNNER_IDLE_S", 60)
+def _idle_wait_s() -> float:
+    """How long an idle runner waits for the tuner's next trial before it returns (a safety net: the tuner answers
+    "next" or "bye" in the same pass of its loop that handled "done")."""
+    return env_seconds("TUNEPLAT_RUNNER_IDLE_S", 60)
 
 
 def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
@@ -361,8 +362,9 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     return outcome
 
 
-#: how long a rank tries to open its connection to the tuner (then it fails naming the address)
-CONNECT_TIMEOUT_S = env_seconds("TUNEPLAT_CONNECT_TIMEOUT_S", 10)
+def connect_timeout_s() -> float:
+    """How long a rank tries to open its connection to the tuner (then it fails naming the address)."""
+    return env_seconds("TUNEPLAT_CONNECT_TIMEOUT_S", 10)
 
 
 #: the TLS context made from a worker's Security (one per worker process: making one costs milliseconds)
@@ -399,7 +401,7 @@ def connect_tuner(addr: tuple[str, int], token: bytes, tls: bool, where: str = "
     (``local``), else TCP (TLS with this worker's certificates when ``tls``); a connection lost before it
     authenticated is tried again with backoff for ``within_s`` (:func:`~._channel.connect_retrying`)."""
     return connect_retrying(tuple(addr), token, channel_client_context(tls), where=where,  # type: ignore[arg-type]
-                            local=local, within_s=within_s, timeout=CONNECT_TIMEOUT_S)
+                            local=local, within_s=within_s, timeout=connect_timeout_s())
 
 
 class _Maker:
@@ -459,7 +461,7 @@ def _others_wait() -> bool:
 def _wait_next(sock: socket.socket) -> RankSpec | None:
     """An idle runner: the tuner's next trial for this task, or None ("bye", the tuner gone, or no answer)."""
     try:
-        sock.settimeout(IDLE_WAIT_S)
+        sock.settimeout(_idle_wait_s())
         msg = proto.recv_from_tuner(sock)
         sock.settimeout(None)
     except (ConnectionError, OSError):  # socket.timeout is an OSError
@@ -605,8 +607,6 @@ def _train_func_context(backend_config: Any) -> Any:
     return make() if callable(make) else contextlib.nullcontext()
 
 
-#: how often an elastic group's rank looks whether its Dask worker is closing (a local attribute read)
-RETIRE_POLL_S = env_seconds("TUNEPLAT_RETIRE_POLL_S", 0.1)
 
 
 def _watch_retirement(session: Session) -> None:
@@ -625,7 +625,9 @@ def _watch_retirement(session: Session) -> None:
         return
 
     def watch() -> None:
-        while not session.finished.wait(RETIRE_POLL_S):
+        # how often the rank looks whether its Dask worker is closing (a local attribute read)
+        poll_s = env_seconds("TUNEPLAT_RETIRE_POLL_S", 0.1)
+        while not session.finished.wait(poll_s):
             status = getattr(getattr(worker, "status", None), "name", "")
             if status in ("closing", "closing_gracefully", "closed"):
                 logger.info("tuneplat: trial %s rank %d: Dask worker %s is %s; telling the tuner",

@@ -75,11 +75,17 @@ class Shipped:
     trials chained in one task get one each).
     """
 
-    __slots__ = ("blob", "name")
+    __slots__ = ("_original", "blob", "name")
 
-    def __init__(self, blob: bytes, name: str) -> None:
+    def __init__(self, blob: bytes, name: str, original: Any = None) -> None:
         self.blob = blob
         self.name = name
+        # (the tuner's side only: the object itself keeps what it holds alive there, e.g. the Dask futures of a
+        # dataset's partitions, which the copies in the blob only name)
+        self._original = original
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Shipped, (self.blob, self.name))  # the bytes travel, never the original
 
     def load(self) -> Callable[..., Any]:
         return cloudpickle.loads(self.blob)  # type: ignore[no-any-return]
@@ -95,4 +101,4 @@ def ship(trainable: Any) -> Any:
     except Exception:  # noqa: BLE001 - e.g. an object only Dask's own serializers handle: sent as it is
         logger.debug("tuneplat: the trainable is sent as it is (cloudpickle cannot pickle it)", exc_info=True)
         return trainable
-    return Shipped(blob, getattr(trainable, "__name__", type(trainable).__name__))
+    return Shipped(blob, getattr(trainable, "__name__", type(trainable).__name__), trainable)
