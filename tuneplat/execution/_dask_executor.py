@@ -105,6 +105,9 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         bind = getattr(self.trainable, "_tuneplat_bind", None)
         if bind is not None:  # tune.with_parameters: its objects go to the cluster once, not with every task
             self.trainable, self._deps = bind(self.cluster.client)
+        # the bound trainable holds what bind persisted (a trainer's datasets: Dask futures): kept until
+        # _release_futures, or the futures are dropped with it and the ranks' reads fail with "lost dependencies"
+        self._bound = self.trainable
         # as bytes: each rank unpickles it once its RANK & co. are set (_shipping.py), keeping its file names
         self.trainable = ship(self.trainable)
         self._selector = selectors.DefaultSelector()
@@ -461,7 +464,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         """
         futures = list(self._deps)
         self._deps = ()
-        release_bound = getattr(self.trainable, "_tuneplat_release", None)
+        release_bound = getattr(getattr(self, "_bound", None), "_tuneplat_release", None)
         if release_bound is not None:  # what the trainable's bind persisted (TorchTrainer's datasets)
             try:
                 release_bound()
