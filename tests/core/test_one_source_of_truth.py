@@ -343,3 +343,20 @@ def test_every_outcome_and_failure_kind_is_reached_in_virtual_time(storage, tmp_
     assert any(isinstance(e, Preempted) for e in _RecordingExecutor.seen)
     assert any(isinstance(e, Starved) for e in _RecordingExecutor.seen)
     assert any(e.preempted for e in ended if e.outcome is Outcome.RESIZED)
+
+
+def test_a_callback_cannot_assign_a_trials_fields(storage):
+    from tuneplat.core._trial import ReadOnlyTrial
+
+    caught: list[BaseException] = []
+
+    class Assigns(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            try:
+                trial.config = {"floor": -1.0}
+            except ReadOnlyTrial as exc:
+                caught.append(exc)
+
+    grid = _tuner(storage, curve, {"floor": tune.grid_search([0.1])}, name="assigns", callbacks=[Assigns()]).fit()
+    assert len(caught) == 8 and "read-only" in str(caught[0])
+    assert grid[0].config == {"floor": 0.1}

@@ -67,6 +67,34 @@ def test_plain_parquet_is_read_by_row_group_exact_once_with_equal_batches(dask_c
         lambda d: d.assign(w=d.v * 2))})._sources["train"].kind == "frame"
 
 
+def test_parquet_on_s3_is_read_by_the_ranks_and_a_bad_object_is_named_by_its_url(dask_client, storage, tmp_path, s3,
+                                                                                    s3_endpoint):
+    """A remote store (moto's S3 server, through s3fs as for AWS): a bare dd.read_parquet(url, storage_options=...)
+    is read by the ranks themselves (the filesystem travels to them), every row once; a row group that cannot be
+    read fails the trial naming the s3:// URL."""
+    fs, url = s3
+    total = _write(tmp_path, files=3, rows=60, row_group=25)
+    for name in sorted(os.listdir(tmp_path)):
+        fs.put(str(tmp_path / name), f"{url}/data/{name}")
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing",
+               "client_kwargs": {"region_name": "eu-west-1"}}
+    ddf = dd.read_parquet(f"{url}/data/", storage_options=options)
+    trainer = TorchTrainer(dt.record, train_loop_config={"epochs": 1, "batch_size": 16}, datasets={"train": ddf},
+                           scaling_config=tune.ScalingConfig(num_workers=2), run_config=_rc(storage, "s3"),
+                           client=dask_client)
+    assert trainer._sources["train"].kind == "parquet"
+    _check_exact_once(_seen(trainer.fit(), 1), total)
+
+    bad = tmp_path / "part01.parquet"
+    offset = pq.ParquetFile(bad).metadata.row_group(1).column(0).data_page_offset
+    data = bytearray(bad.read_bytes())
+    data[offset:offset + 64] = b"\xff" * 64
+    fs.pipe(f"{url}/data/part01.parquet", bytes(data))
+    with pytest.raises(TrainingFailedError, match=re.escape(f"reading row group 1 of {url}/data/part01.parquet")):
+        _fit(dt.one_epoch, {"train": dd.read_parquet(f"{url}/data/", storage_options=options)}, storage, "s3bad",
+             dask_client)
+
+
 def test_tensor_text_and_bytes_columns(dask_client, storage, tmp_path):
     """Ray's tensor columns: Parquet lists (fixed or not) and pandas cells holding lists become (B, k) tensors;
     text and bytes stay numpy object arrays (the documented rule); dtypes= per column."""
@@ -150,7 +178,7 @@ def test_a_corrupt_file_is_named_by_its_path_and_row_group(dask_client, storage,
 
 
 def test_a_server_that_never_answers_is_a_timeout_naming_the_url():
-    """An HTTP URL whose server accepts the connection and never answers: TimeoutError after read_timeout_s."""
+    """HTTP URLs whose server accepts the connection and never answers: TimeoutError after read_timeout_s."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -171,6 +199,9 @@ def test_a_server_that_never_answers_is_a_timeout_naming_the_url():
     try:
         with pytest.raises(TimeoutError, match=f"listing {re.escape(url)} did not answer within 1 s.*read_timeout_s"):
             TorchTrainer(dt.record, datasets={"train": url}, dataset_config=DataConfig(read_timeout_s=1))
+        csv = url.replace(".parquet", ".csv")  # CSV goes through Dask, whose read_csv is bounded the same way
+        with pytest.raises(TimeoutError, match=f"reading {re.escape(csv)} did not answer within 1 s"):
+            TorchTrainer(dt.record, datasets={"train": csv}, dataset_config=DataConfig(read_timeout_s=1))
     finally:
         done.set()
         thread.join()

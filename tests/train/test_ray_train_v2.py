@@ -73,7 +73,7 @@ class Recorder(train.UserCallback):
         self.reports, self.exceptions = [], []
 
     def after_report(self, run_context, metrics, checkpoint):
-        self.reports.append((metrics[0]["step"], metrics[0]["rank"], checkpoint is not None,
+        self.reports.append(([(m["step"], m["rank"]) for m in metrics], checkpoint is not None,
                              run_context.get_run_config().name, run_context.train_loop_config))
 
     def after_exception(self, run_context, worker_exceptions):
@@ -93,8 +93,8 @@ def test_a_failing_rank_raises_worker_group_error_and_user_callbacks_see_reports
     assert list(err.worker_failures) == [1]
     assert "ValueError: rank 1 broke at step 2" in str(err.worker_failures[1])
     assert str(err).startswith("Training failed due to worker errors:\n")
-    # Ray V2's UserCallback: one after_report per report of the group (rank 0's metrics, the committed checkpoint)
-    assert rec.reports == [(1, 0, True, "wge", {"failing_rank": 1})]
+    # Ray V2's UserCallback: one after_report per report of the group (metrics[i]: rank i's), with the checkpoint
+    assert rec.reports == [([(1, 0), (1, 1)], True, "wge", {"failing_rank": 1})]
     assert len(rec.exceptions) == 1 and list(rec.exceptions[0]) == [1]
     assert "rank 1 broke at step 2" in rec.exceptions[0][1]
 

@@ -762,7 +762,12 @@ class TuneLoop:
             self.executor.fail(trial.trial_id, f"TypeError: {exc}")
             return
         self.searcher.on_trial_result(trial.trial_id, result)
-        self.hooks.trial_result(trial, _copy_result(result))
+        seen = _copy_result(result)
+        self.hooks.trial_result(trial, seen)
+        if self.hooks.wants_group_reports:  # (Ray V2's UserCallback: every rank's metrics)
+            others = (event.rank_metrics or [None])[1:]
+            self.hooks.group_report(trial, _copy_result(result),
+                                    [_copy_result(result), *(_copy_result(m) if m else {} for m in others)])
         if decision is not Decision.CONTINUE:
             run.decision = decision
             run.abort_at = None
@@ -771,7 +776,9 @@ class TuneLoop:
                 # cut short by the scheduler (not its max_t, not a stop rule)?
                 pruned=pruned if decision is Decision.STOP else None))
             self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
-        save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
+        # a callback may still ask for a checkpoint of this step (Ray's result[SHOULD_CHECKPOINT] = True in
+        # on_trial_result: its custom_checkpointing_with_callback example); that key of its copy is read back
+        save = bool(result.get("should_checkpoint") or seen.get("should_checkpoint"))
         if event.staged and path is not None:
             # a checkpoint is durable once report() returns (as in Ray): its journal line is on disk before the
             # answer, so a driver killed now resumes from it (job-level restarts, Tuner.restore)

@@ -27,7 +27,7 @@ from ._state import (
     apply,
     reopen_trials,
 )
-from ._trial import Trial
+from ._trial import Trial, state_writer
 
 __all__ = ["DecisionMade", "ExperimentState", "ExploitMade", "FailureSeen", "Moment", "ResultsSuperseded", "Span",
            "TrialEnded", "TrialHistory", "TunerStateError", "load_state", "load_trials", "load_tuner_state", "prepare_resume", "replay", "restore_problem", "save_tuner_state",
@@ -196,10 +196,11 @@ def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs:
     for running_id, start in state.running_since.items():  # still running (a live experiment, or the tuner died)
         if start is not None:
             state.history[running_id].spans.append(Span(start, None, "running"))
-    for t in state.trials:
-        if check_files:
-            _drop_missing_checkpoints(t)
-        _recover_result_of_last_checkpoint(t)
+    with state_writer():  # (what the files say: not events)
+        for t in state.trials:
+            if check_files:
+                _drop_missing_checkpoints(t)
+            _recover_result_of_last_checkpoint(t)
     return state
 
 

@@ -28,7 +28,7 @@ from ..storage._checkpoint import Checkpoint
 from ..storage._storage import fs_for_url, is_remote
 from . import _events as ev
 from ._phase import check_move
-from ._trial import Trial, TrialStatus
+from ._trial import Trial, TrialStatus, state_writer
 
 __all__ = ["DecisionMade", "ExperimentState", "ExploitMade", "FailureSeen", "Moment", "ResultsSuperseded", "Span",
            "TrialEnded", "TrialHistory", "apply"]
@@ -165,6 +165,7 @@ class ExperimentState:
         for t in self.trials:
             self.by_id.setdefault(t.trial_id, t)
             self.history.setdefault(t.trial_id, TrialHistory(first_config=dict(t.config)))
+            t.seal()
 
 
 def apply(state: ExperimentState, event: ev.Event) -> ExperimentState:
@@ -176,12 +177,13 @@ def apply(state: ExperimentState, event: ev.Event) -> ExperimentState:
     """
     handler = _HANDLERS.get(type(event))
     if handler is not None:
-        if isinstance(event, ev.TrialEvent) and not isinstance(event, ev.TrialAdd):
-            trial = state.by_id.get(event.trial_id)
-            if trial is not None:
-                handler(state, trial, event)
-        else:
-            handler(state, None, event)
+        with state_writer():
+            if isinstance(event, ev.TrialEvent) and not isinstance(event, ev.TrialAdd):
+                trial = state.by_id.get(event.trial_id)
+                if trial is not None:
+                    handler(state, trial, event)
+            else:
+                handler(state, None, event)
     state.seq += 1
     return state
 
@@ -221,6 +223,7 @@ def _trial_add(state: ExperimentState, _t: Any, e: ev.TrialAdd) -> None:
                   trainable_name=e.trainable_name or "")
     if e.trial_id in state.by_id:  # (a journal that adds a trial twice: the later one counts)
         state.trials[:] = [t for t in state.trials if t.trial_id != e.trial_id]
+    trial.seal()
     state.trials.append(trial)
     state.by_id[e.trial_id] = trial
     state.history[e.trial_id] = TrialHistory(first_config=dict(e.config or {}))
@@ -394,6 +397,11 @@ def reopen_trials(state: ExperimentState, *, resume_errored: bool = False, resta
     ones too (their failures forgotten), ``restart_errored`` restarts them from scratch
     (their checkpoints forgotten). The one move out of a final status, and only here.
     """
+    with state_writer():
+        _reopen(state, resume_errored, restart_errored)
+
+
+def _reopen(state: ExperimentState, resume_errored: bool, restart_errored: bool) -> None:
     for t in state.trials:
         if t.status in (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING) or t.resumable:
             t.status = TrialStatus.PENDING

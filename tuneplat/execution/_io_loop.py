@@ -210,7 +210,8 @@ class _IOLoop(_DaskState):
                 group.waiting_answer = iteration
                 group.answer_staged = any(s for _, s in reports.values())
                 self._events.append(Reported(group.trial_id, iteration, reports[0][0],
-                                             any(s for _, s in reports.values())))
+                                             any(s for _, s in reports.values()),
+                                             [reports[i][0] for i in sorted(reports)]))
         elif isinstance(msg, proto.Saved):  # a checkpoint asked for by answer(save=True), staged after the report
             got = group.saves.setdefault(msg.iteration, set())
             got.add(rank.index)

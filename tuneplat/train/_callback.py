@@ -40,8 +40,8 @@ class UserCallback(RayTrainCallback):
 
         Args:
             run_context: the run (its ``run_config``, ``train_loop_config``, ``scaling_config``).
-            metrics: the reported metrics, one dict per rank in Ray; here a list of one dict, rank 0's (rank 0
-                speaks for the group: the other ranks' metrics are not sent to the driver).
+            metrics: the reported metrics, one dict per rank: ``metrics[i]`` is what rank ``i`` passed to
+                ``report()`` (rank 0's with the keys tuneplat adds: ``training_iteration``, ...).
             checkpoint: the :class:`tuneplat.Checkpoint` committed with this report, or None.
         """
 
@@ -85,11 +85,12 @@ class UserCallbackAdapter(ControllerCallback):
     def on_checkpoint(self, ctrl: TunerView, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
         self._checkpoints[trial.trial_id] = (int(metrics.get("training_iteration", -1)), checkpoint)
 
-    def on_trial_result(self, ctrl: TunerView, trial: Any, result: dict[str, Any]) -> None:
+    def on_group_report(self, ctrl: TunerView, trial: Any, result: dict[str, Any],
+                        rank_metrics: list[dict[str, Any]]) -> None:
         iteration, checkpoint = self._checkpoints.pop(trial.trial_id, (None, None))
         if iteration != result.get("training_iteration"):
             checkpoint = None
-        self.callback.after_report(self._context(ctrl, trial), [result], checkpoint)
+        self.callback.after_report(self._context(ctrl, trial), rank_metrics, checkpoint)
 
     def on_trial_failure(self, ctrl: TunerView, trial: Any, message: str, will_retry: bool) -> None:
         from ..results._result import TrialError

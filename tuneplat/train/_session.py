@@ -284,7 +284,9 @@ class Session:
             else:
                 self._stage(checkpoint.path)
             staged = True
-        result = None
+        result: dict[str, Any] | None = None
+        if self.spec.rank != 0:  # its own metrics, for Ray V2's UserCallback.after_report (metrics[rank])
+            result = {str(k): _plain(v) for k, v in metrics.items()}
         if self.spec.rank == 0:
             result = {str(k): _plain(v) for k, v in metrics.items()}
             result.update(
