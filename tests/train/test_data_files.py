@@ -178,7 +178,7 @@ def test_a_corrupt_file_is_named_by_its_path_and_row_group(dask_client, storage,
 
 
 def test_a_server_that_never_answers_is_a_timeout_naming_the_url():
-    """An HTTP URL whose server accepts the connection and never answers: TimeoutError after read_timeout_s."""
+    """HTTP URLs whose server accepts the connection and never answers: TimeoutError after read_timeout_s."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -199,6 +199,9 @@ def test_a_server_that_never_answers_is_a_timeout_naming_the_url():
     try:
         with pytest.raises(TimeoutError, match=f"listing {re.escape(url)} did not answer within 1 s.*read_timeout_s"):
             TorchTrainer(dt.record, datasets={"train": url}, dataset_config=DataConfig(read_timeout_s=1))
+        csv = url.replace(".parquet", ".csv")  # CSV goes through Dask, whose read_csv is bounded the same way
+        with pytest.raises(TimeoutError, match=f"reading {re.escape(csv)} did not answer within 1 s"):
+            TorchTrainer(dt.record, datasets={"train": csv}, dataset_config=DataConfig(read_timeout_s=1))
     finally:
         done.set()
         thread.join()

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["Piece", "PlainParquet", "arrow_columns", "plain_parquet_of", "read_timeout_s", "resolve_parquet"]
+__all__ = ["TIMEOUT_FIX", "Piece", "PlainParquet", "arrow_columns", "bounded", "plain_parquet_of", "read_timeout_s",
+           "resolve_parquet"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -92,7 +93,7 @@ def bounded(fn: Callable[[], T], timeout: float | None, what: Callable[[], str],
     return box["value"]
 
 
-_FIX = ("check the URL and that the server answers, or allow longer with DataConfig(read_timeout_s=...) "
+TIMEOUT_FIX = ("check the URL and that the server answers, or allow longer with DataConfig(read_timeout_s=...) "
         "(or TUNEPLAT_DATA_TIMEOUT_S)")
 
 
@@ -168,7 +169,7 @@ class PlainParquet:
                 return list(pool.map(footer, self.paths))
 
         found = bounded(all_footers, self.timeout, lambda: f"dataset {name!r}: reading the footer of "
-                        f"{watch.first(self.label)}", _FIX)
+                        f"{watch.first(self.label)}", TIMEOUT_FIX)
         self.pieces = [p for pieces, _schema in found for p in pieces]
         if self.columns is None and found:
             self.columns = _data_columns(found[0][1])
@@ -290,7 +291,7 @@ def resolve_parquet(name: str, given: Sequence[str], timeout: float | None,
                 watch.remove(pattern)
         return fs, out
 
-    fs, paths = bounded(listing, timeout, lambda: f"dataset {name!r}: listing {watch.first(shown)}", _FIX)
+    fs, paths = bounded(listing, timeout, lambda: f"dataset {name!r}: listing {watch.first(shown)}", TIMEOUT_FIX)
     return PlainParquet(fs, paths, None, f"Parquet files {shown}", timeout)
 
 
@@ -395,7 +396,7 @@ def iter_pieces(files: PlainParquet, slices: Sequence[Any], window: int, name: s
                 kind, a, b = q.get(timeout=timeout)
             except queue.Empty:
                 raise TimeoutError(f"dataset {name!r}: reading {reading[0]} did not answer within {timeout:g} s; "
-                                   f"{_FIX}") from None
+                                   f"{TIMEOUT_FIX}") from None
             if kind == "item":
                 yield a, b
             elif kind == "error":
