@@ -14,6 +14,7 @@ warm run's (all warm runs listed).
 
 Usage:
   python benchmarks/boosting.py [--rows 100000] [--features 30] [--rounds 20] [--repeats 3] [--no-ray]
+  python benchmarks/boosting.py --sweep 64 [--no-ray]   # 64 boosting trials under ASHA, tuneplat vs Ray Tune
 
 Prints one JSON object.
 """
@@ -21,6 +22,7 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -199,6 +201,100 @@ def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
         ray.shutdown()
 
 
+SWEEP_SPACE = {"objective": "binary:logistic", "eval_metric": ["logloss", "error"], "nthread": 1,
+               "max_depth": ("randint", 1, 9), "min_child_weight": ("choice", [1, 2, 3]),
+               "subsample": ("uniform", 0.5, 1.0), "eta": ("loguniform", 1e-4, 1e-1)}
+
+
+def _space(tune_module) -> dict:
+    """Ray's xgboost_example.py search space, built with either library's ``tune``."""
+    out = {}
+    for k, v in SWEEP_SPACE.items():
+        out[k] = getattr(tune_module, v[0])(*v[1:]) if isinstance(v, tuple) else v
+    return out
+
+
+def _breast_cancer_trial(report_callback):
+    def train_breast_cancer(config: dict) -> None:
+        import sklearn.datasets
+        import xgboost as xgb
+        from sklearn.model_selection import train_test_split
+
+        data, labels = sklearn.datasets.load_breast_cancer(return_X_y=True)
+        train_x, test_x, train_y, test_y = train_test_split(data, labels, test_size=0.25, random_state=0)
+        xgb.train(config, xgb.DMatrix(train_x, label=train_y), evals=[(xgb.DMatrix(test_x, label=test_y), "test")],
+                  verbose_eval=False, callbacks=[report_callback(frequency=1)])
+
+    return train_breast_cancer
+
+
+def sweep_tuneplat(n: int, storage: str) -> dict:
+    from tuneplat.tune.integration.xgboost import TuneReportCheckpointCallback
+
+    import tuneplat as tune
+    from tuneplat.schedulers import ASHAScheduler
+
+    tuner = tune.Tuner(tune.with_resources(_breast_cancer_trial(TuneReportCheckpointCallback), {"cpu": 1}),
+                       param_space=_space(tune),
+                       tune_config=tune.TuneConfig(metric="test-logloss", mode="min", num_samples=n,
+                                                   scheduler=ASHAScheduler(max_t=10, grace_period=1,
+                                                                           reduction_factor=2)),
+                       run_config=tune.RunConfig(storage_path=storage, name="sweep", verbose=0, mlflow=False))
+    t0 = time.perf_counter()
+    grid = tuner.fit()  # (the embedded cluster's start is inside: 2 worker processes)
+    wall = time.perf_counter() - t0
+    rounds = [int(r.metrics.get("training_iteration", 0)) for r in grid]
+    return {"wall_s": wall, "trials": len(rounds), "errors": len(grid.errors), "rounds_total": sum(rounds),
+            "stopped_early": sum(1 for x in rounds if x < 10),
+            "best_test_logloss": float(grid.get_best_result().metrics["test-logloss"])}
+
+
+def sweep_ray(n: int, storage: str) -> dict:
+    import ray
+    from ray import tune
+    from ray.tune.integration.xgboost import TuneReportCheckpointCallback
+    from ray.tune.schedulers import ASHAScheduler
+
+    t_init = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    init_s = time.perf_counter() - t_init
+    try:
+        tuner = tune.Tuner(tune.with_resources(_breast_cancer_trial(TuneReportCheckpointCallback), {"cpu": 1}),
+                           param_space=_space(tune),
+                           tune_config=tune.TuneConfig(metric="test-logloss", mode="min", num_samples=n,
+                                                       scheduler=ASHAScheduler(max_t=10, grace_period=1,
+                                                                               reduction_factor=2)),
+                           run_config=tune.RunConfig(storage_path=storage, name="sweep_ray", verbose=0))
+        t0 = time.perf_counter()
+        grid = tuner.fit()
+        wall = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    rounds = [int(r.metrics.get("training_iteration", 0)) for r in grid]
+    return {"wall_s": wall, "ray_init_s": init_s, "trials": len(rounds), "errors": len(grid.errors),
+            "rounds_total": sum(rounds), "stopped_early": sum(1 for x in rounds if x < 10),
+            "best_test_logloss": float(grid.get_best_result().metrics["test-logloss"])}
+
+
+def main_sweep(args: argparse.Namespace) -> None:
+    out: dict = {"benchmark": "boosting_sweep", "trials": args.sweep, "example": "Ray's xgboost_example.py space, "
+                 "ASHA(max_t=10, grace_period=1, reduction_factor=2), 1 CPU per trial, nthread=1",
+                 "loadavg_before": open("/proc/loadavg").read().split()[:3]}
+    with tempfile.TemporaryDirectory(prefix="tuneplat-bench-sweep-") as tmp:
+        out["tuneplat"] = sweep_tuneplat(args.sweep, os.path.join(tmp, "tp"))
+        if not args.no_ray:
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                out["ray"] = "not installed"
+            else:
+                with contextlib.redirect_stdout(sys.stderr):  # Ray prints its tables: stdout stays the JSON
+                    out["ray"] = sweep_ray(args.sweep, os.path.join(tmp, "ray"))
+                out["ratio_wall_tuneplat_over_ray"] = out["tuneplat"]["wall_s"] / out["ray"]["wall_s"]
+    out["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
+    print(json.dumps(out, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -207,7 +303,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="warm runs of xgboost.dask and XGBoostTrainer "
                         "(interleaved; medians reported)")
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--sweep", type=int, default=0, metavar="N",
+                        help="instead: an N-trial Tune sweep with ASHA (Ray's xgboost_example.py) vs Ray Tune's")
     args = parser.parse_args()
+    if args.sweep:
+        main_sweep(args)
+        return
 
     import dask.dataframe as dd
     import xgboost
@@ -251,7 +352,8 @@ def main() -> None:
             except ImportError:
                 out["ray"] = "not installed"
             else:
-                results["ray_XGBoostTrainer"] = bench_ray(frame, args.rounds, os.path.join(tmp, "ray"))
+                with contextlib.redirect_stdout(sys.stderr):  # Ray prints its tables: stdout stays the JSON
+                    results["ray_XGBoostTrainer"] = bench_ray(frame, args.rounds, os.path.join(tmp, "ray"))
     reference = results["tuneplat_XGBoostTrainer"]["booster"].predict(X)
     for r in results.values():
         diff = np.abs(r.pop("booster").predict(X) - reference)

@@ -14,7 +14,9 @@ Compared, in one run, on the same generated Parquet files (``--features`` float3
   ray               Ray Train's TorchTrainer(datasets={"train": ray.data.read_parquet(folder)}), 2 workers,
                     the same iter_torch_batches call (only when Ray imports; ray.init(num_cpus=4))
 
-Figures per epoch: rows / the slowest rank's (worker's) epoch time, and the Parquet bytes read / that time (MB/s).
+Figures per epoch: rows / the slowest rank's (worker's) epoch time, and the Parquet bytes read / that time (MB/s);
+for the reader and tuneplat also the CPU seconds their processes spent per million rows (all ranks together), a
+figure a loaded machine changes less than rows/s.
 The JSON gives every epoch, the best warm epoch (after the first), each rank's (worker's, process's) peak RSS
 during the epochs, and the ratios against ``reader`` and the best of ``reader``/``dataloader``. The machine's load
 average at the start and the end is recorded: on a shared machine, read the ratios within one run.
@@ -150,11 +152,11 @@ def child_reader(folder: str, epochs: int, batch: int, features: int, workers: i
             else:
                 it = row_group_batches(files, groups, batch)
             rows = 0
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             with torch.no_grad():
                 for b in it:
                     rows += step(b, model, features)
-            per_epoch.append((rows, time.perf_counter() - t))
+            per_epoch.append((rows, time.perf_counter() - t, time.process_time() - cpu))
     peaks = [mem.peak]  # this process, then each DataLoader worker (the largest over the epochs' processes)
     by_worker: dict[int, int] = {}
     for name in sorted(os.listdir(rss_dir)):
@@ -174,7 +176,10 @@ def run_child(folder: str, epochs: int, batch: int, features: int, workers: int,
                     str(features), str(workers), out], check=True)
     with open(out) as f:
         got = json.load(f)
-    return {"per_epoch": [(r, s) for r, s in got["per_epoch"]], "peak_rss": got["peak_rss"]}
+    per_epoch = [tuple(e) for e in got["per_epoch"]]
+    if workers:  # the workers' CPU time is not this process's: no CPU figure
+        per_epoch = [(r, s, None) for r, s, _c in per_epoch]
+    return {"per_epoch": per_epoch, "peak_rss": got["peak_rss"]}
 
 
 # ---------------------------------------------------------------------- (1) tuneplat, (4) Ray
@@ -198,15 +203,15 @@ def loop(config: dict) -> None:
             if dist.is_available() and dist.is_initialized():
                 dist.barrier()  # the ranks start each epoch together
             rows = 0
-            t = _time.perf_counter()
+            t, cpu = _time.perf_counter(), _time.process_time()
             with torch.no_grad():
                 for batch in batches:
                     rows += step(batch, model, config["features"])
-            per_epoch.append((rows, _time.perf_counter() - t))
+            per_epoch.append((rows, _time.perf_counter() - t, _time.process_time() - cpu))
     rank = train.get_context().get_world_rank()
     with open(_os.path.join(config["out"], f"rank{rank}.json"), "w", encoding="utf-8") as f:
         _json.dump({"per_epoch": per_epoch, "peak_rss": mem.peak}, f)
-    train.report({"rows": sum(r for r, _ in per_epoch)})
+    train.report({"rows": sum(e[0] for e in per_epoch)})
 
 
 def _ranks(folder: str) -> dict:
@@ -215,8 +220,8 @@ def _ranks(folder: str) -> dict:
         with open(os.path.join(folder, f"rank{r}.json"), encoding="utf-8") as f:
             ranks.append(json.load(f))
     epochs = len(ranks[0]["per_epoch"])
-    per_epoch = [(sum(rk["per_epoch"][e][0] for rk in ranks), max(rk["per_epoch"][e][1] for rk in ranks))
-                 for e in range(epochs)]
+    per_epoch = [(sum(rk["per_epoch"][e][0] for rk in ranks), max(rk["per_epoch"][e][1] for rk in ranks),
+                  sum(rk["per_epoch"][e][2] for rk in ranks)) for e in range(epochs)]
     return {"per_epoch": per_epoch, "peak_rss": [rk["peak_rss"] for rk in ranks]}
 
 
@@ -265,6 +270,7 @@ def run_ray(folder: str, epochs: int, batch: int, features: int, tmp: str) -> di
     finally:
         ray.shutdown()
     got = _ranks(out)
+    got["per_epoch"] = [(r, t, None) for r, t, _c in got["per_epoch"]]  # Ray Data reads in other processes
     got["fit_wall_s"] = round(wall, 2)
     got["ray_version"] = ray.__version__
     return got
@@ -273,13 +279,17 @@ def run_ray(folder: str, epochs: int, batch: int, features: int, tmp: str) -> di
 # ---------------------------------------------------------------------- the run
 def summary(got: dict, parquet_bytes: int) -> dict:
     per_epoch = got.pop("per_epoch")
-    rates = [round(r / s) for r, s in per_epoch]
-    mbs = [round(parquet_bytes / s / 1e6, 1) for _r, s in per_epoch]
+    rates = [round(r / s) for r, s, _c in per_epoch]
+    mbs = [round(parquet_bytes / s / 1e6, 1) for _r, s, _c in per_epoch]
     warm = rates[1:] or rates
     best = rates.index(max(warm), 1 if len(rates) > 1 else 0)
     rss = got.pop("peak_rss")
-    return {"rows_per_s_warm_best": rates[best], "parquet_MB_per_s_warm_best": mbs[best], "rows_per_s_by_epoch": rates,
-            "rows_per_epoch": per_epoch[0][0], "peak_rss_MB": [round(p / 1e6) for p in rss], **got}
+    out = {"rows_per_s_warm_best": rates[best], "parquet_MB_per_s_warm_best": mbs[best], "rows_per_s_by_epoch": rates,
+           "rows_per_epoch": per_epoch[0][0], "peak_rss_MB": [round(p / 1e6) for p in rss], **got}
+    cpu = [c for _r, _s, c in per_epoch[1:] or per_epoch if c]
+    if cpu:  # what the load does not change much: CPU seconds the readers' processes spent per million rows
+        out["cpu_s_per_million_rows_warm_best"] = round(min(cpu) / per_epoch[0][0] * 1e6, 2)
+    return out
 
 
 def main() -> None:

@@ -59,7 +59,7 @@ def make_experiments(root: str, trials: int, pbt_trials: int) -> dict[str, str]:
                                            scheduler=ASHAScheduler(max_t=27, grace_period=1, reduction_factor=3)),
                run_config=tune.RunConfig(name="asha", storage_path=root, verbose=0, mlflow=False),
                executor=VirtualTimeExecutor(num_slots=16)).fit()
-    pbt = PopulationBasedTraining(perturbation_interval=5, hyperparam_mutations={"lr": tune.loguniform(1e-4, 1)},
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=5, hyperparam_mutations={"lr": tune.loguniform(1e-4, 1)},
                                   seed=0)
     tune.Tuner(pbt_curve, param_space={"lr": tune.loguniform(1e-4, 1)},
                tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=pbt_trials, seed=0, scheduler=pbt),

@@ -207,7 +207,7 @@ def pbt_toy_bench(client: Any, storage: str, seeds: list[int], budget: int = 120
                                    "synch": synch,
                                    "resample_probability": 0.25, "per_seed": []}}
     for seed in seeds:
-        pbt = PopulationBasedTraining(
+        pbt = PopulationBasedTraining(time_attr="training_iteration",
             perturbation_interval=2, hyperparam_mutations={"h0": tune.uniform(0.0, 1.0), "h1": tune.uniform(0.0, 1.0)},
             resample_probability=0.25, perturbation_factors=(1.5, 0.75), synch=synch, seed=seed)
         results, wall = _fit(client, storage, f"pbt-toy-{seed}-{'synch' if synch else 'async'}", pbt_toy,

@@ -127,7 +127,7 @@ class Uniform:
 
 def run_pbt(seed: int, interval: int = 2,
             factors: tuple[float, float] = (1.5, 0.75)) -> dict[str, Any]:
-    scheduler = PopulationBasedTraining(
+    scheduler = PopulationBasedTraining(time_attr="training_iteration",
         metric="Q", mode="max", perturbation_interval=interval,
         hyperparam_mutations={"h0": Uniform(0.0, 1.0), "h1": Uniform(0.0, 1.0)},
         resample_probability=0.25, perturbation_factors=factors, seed=seed)

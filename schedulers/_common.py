@@ -26,8 +26,29 @@ def finite_number(value: Any) -> float | None:
 
 
 def result_time(result: Mapping[str, Any], time_attr: str) -> float | None:
-    """The result's progress value (``time_attr``), or None when absent/invalid."""
-    return finite_number(result.get(time_attr))
+    """The result's progress value (``time_attr``), or None when absent or not finite.
+
+    Raises:
+        TypeError: the value is not a number (a str, a list, a bool...), as Ray's schedulers do: comparing it
+            with a milestone fails. The tuner fails the trial with this message.
+    """
+    value = result.get(time_attr)
+    if value is not None and not _is_float_like(value):
+        raise TypeError(f"the scheduler's time_attr {time_attr!r} must be a number in every result, but the result "
+                        f"has {time_attr}={value!r} ({type(value).__name__}); report a number under that key, or "
+                        "give the scheduler another time_attr (e.g. 'training_iteration').")
+    return finite_number(value)
+
+
+def _is_float_like(value: Any) -> bool:
+    """A numeric scalar of another library (numpy, a 0-d tensor): ``float()`` takes it."""
+    if isinstance(value, (bool, str, bytes)):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def lower_quantile(values: Sequence[float], q: float) -> float | None:

@@ -140,7 +140,8 @@ class PopulationBasedTraining(TrialScheduler):
     as the worst value instead of raising (differs from Ray).
 
     Args:
-        time_attr: Result key measuring progress.
+        time_attr: Result key measuring progress (default ``time_total_s``, as Ray's: with the default
+            ``perturbation_interval=60`` a trial is perturbed every 60 seconds of its training time).
         metric: Metric to optimise (or via ``set_objective``).
         mode: "min" or "max".
         perturbation_interval: ``time_attr`` between two exploit checks (``> 0``).
@@ -160,7 +161,7 @@ class PopulationBasedTraining(TrialScheduler):
 
     def __init__(
         self,
-        time_attr: str = "training_iteration",
+        time_attr: str = "time_total_s",
         metric: str | None = None,
         mode: str | None = None,
         perturbation_interval: float = 60.0,

@@ -115,6 +115,8 @@ def tuneplat_local_sockets() -> list[str]:
     return sorted(names)
 
 
+#: what the tuner's local socket sends another uid before closing (nothing of theirs is read)
+OTHER_USER_NOTICE = struct.pack("!I", 4) + b"USER"
 HALF_HANDSHAKE = struct.pack("!I", 36) + b"TPL1" + bytes(16)  # a token frame cut off after 20 of its 36 bytes
 
 
@@ -174,8 +176,8 @@ def hold_half_handshakes(stop_fd: int, tcp_port: int | None, n: int = 300, max_s
                 data = s.recv(4096)
             except OSError:
                 data = b""
-            if data:
-                answered += 1  # the tuner said something to an unauthenticated stranger
+            if data and data != OTHER_USER_NOTICE:
+                answered += 1  # the tuner said something to an unauthenticated stranger (beyond "not your user")
             closed_by_tuner += 1
             socks.pop(s)
             s.close()

@@ -102,8 +102,18 @@ class CLIReporter(ProgressReporter):
 class JupyterNotebookReporter(CLIReporter):
     """Accepted for Ray compatibility (see :class:`CLIReporter`)."""
 
-    def __init__(self, *, overwrite: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, overwrite: bool = True, metric_columns: Sequence[str] | Mapping[str, str] | None = None,
+                 parameter_columns: Sequence[str] | Mapping[str, str] | None = None,
+                 total_samples: int | None = None, max_progress_rows: int = 20, max_error_rows: int = 20,
+                 max_column_length: int = 20, max_report_frequency: float = 5, infer_limit: int = 3,
+                 print_intermediate_tables: bool | None = None, metric: str | None = None, mode: str | None = None,
+                 sort_by_metric: bool = False) -> None:
+        super().__init__(metric_columns=metric_columns, parameter_columns=parameter_columns,
+                         total_samples=total_samples, max_progress_rows=max_progress_rows,
+                         max_error_rows=max_error_rows, max_column_length=max_column_length,
+                         max_report_frequency=max_report_frequency, infer_limit=infer_limit,
+                         print_intermediate_tables=print_intermediate_tables, metric=metric, mode=mode,
+                         sort_by_metric=sort_by_metric)
         self.overwrite = overwrite
 
 

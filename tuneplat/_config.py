@@ -17,6 +17,10 @@ __all__ = [
 ]
 
 
+#: the Dask worker resource that marks a node's accelerator (``accelerator_type:A100``), as Ray names it
+ACCELERATOR_PREFIX = "accelerator_type:"
+
+
 def _check(cond: bool, argument: str, value: Any, rule: str) -> None:
     if not cond:
         raise ValueError(f"The value of `{argument}` is {value!r}, but must be {rule}.")
@@ -51,6 +55,9 @@ class TuneConfig:
         seed: seeds the default searcher (same seed ⇒ same configs, same order).
         reuse_actors: accepted for Ray compatibility; Dask worker processes are
             always reused between trials.
+        trial_name_creator, trial_dirname_creator: the trials' names and folder names (Ray's).
+        chdir_to_trial_dir: Ray's deprecated option: a value other than ``"DEPRECATED"`` is refused, pointing
+            at ``RAY_CHDIR_TO_TRIAL_DIR=0`` / ``TUNEPLAT_CHDIR_TO_TRIAL_DIR=0``, as Ray does.
     """
 
     metric: str | list[str] | None = None
@@ -61,11 +68,16 @@ class TuneConfig:
     max_concurrent_trials: int | None = None
     time_budget_s: float | None = None
     seed: int | None = None
-    reuse_actors: bool | None = None
+    reuse_actors: bool = False
     trial_name_creator: Callable[[Any], str] | None = None
     trial_dirname_creator: Callable[[Any], str] | None = None
+    chdir_to_trial_dir: Any = "DEPRECATED"
 
     def __post_init__(self) -> None:
+        if self.chdir_to_trial_dir != "DEPRECATED":
+            raise DeprecationWarning("TuneConfig(chdir_to_trial_dir=...) is deprecated (as in Ray): set the "
+                                     "environment variable RAY_CHDIR_TO_TRIAL_DIR=0 (or TUNEPLAT_CHDIR_TO_TRIAL_DIR=0) "
+                                     "to keep the tuner's working directory in the trials.")
         _check(isinstance(self.num_samples, int) and (self.num_samples >= 1 or self.num_samples == -1),
                "TuneConfig.num_samples", self.num_samples, "an int >= 1 (or -1 for 'sample until stopped')")
         _check(self.max_concurrent_trials is None or (isinstance(self.max_concurrent_trials, int) and self.max_concurrent_trials >= 1),
@@ -123,6 +135,16 @@ class FailureConfig:
         oom_double: a config key doubled with each halving (e.g. the gradient-accumulation steps, so the
             effective batch stays the same).
         max_oom_retries: how many times one trial may be shrunk and retried (``>= 0``).
+        controller_failure_limit: Ray Train V2's retries of its controller; accepted (default -1, as Ray's):
+            tuneplat's controller is the driver's loop, which does not fail apart from the driver; a run
+            whose driver stopped resumes when the script runs again (``docs/fault-tolerance.md``).
+        relax_collectives_on_preemption: Ray Train V2's option (default False) to complete ``report()``
+            and ``get_preemption_info()`` with only the ranks that stay. Accepted, validated and kept with
+            the run; it changes nothing yet: tuneplat's just-in-time checkpoint is committed by every rank of
+            the group while the leaving Dask worker is still closing (``docs/elastic.md``), and a group whose
+            leaving rank is gone first restarts from its previous checkpoint.
+        preemption_grace_s: Ray Train V2's extra time (seconds, ``>= 0``, default 0) past the preemption
+            deadline. Accepted and kept; Dask announces no deadline, so there is none to extend.
     """
 
     max_failures: int = 0
@@ -131,6 +153,9 @@ class FailureConfig:
     oom_halve: str | None = None
     oom_double: str | None = None
     max_oom_retries: int = 3
+    controller_failure_limit: int = -1
+    relax_collectives_on_preemption: bool = False
+    preemption_grace_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check(isinstance(self.max_failures, int) and self.max_failures >= -1,
@@ -146,6 +171,14 @@ class FailureConfig:
                "given together with oom_halve (the key that is halved)")
         _check(isinstance(self.max_oom_retries, int) and not isinstance(self.max_oom_retries, bool)
                and self.max_oom_retries >= 0, "FailureConfig.max_oom_retries", self.max_oom_retries, "an int >= 0")
+        _check(isinstance(self.controller_failure_limit, int) and not isinstance(self.controller_failure_limit, bool)
+               and self.controller_failure_limit >= -1, "FailureConfig.controller_failure_limit",
+               self.controller_failure_limit, "an int >= 0, or -1 for unlimited (Ray's default)")
+        _check(isinstance(self.relax_collectives_on_preemption, bool), "FailureConfig.relax_collectives_on_preemption",
+               self.relax_collectives_on_preemption, "True or False")
+        _check(isinstance(self.preemption_grace_s, (int, float)) and not isinstance(self.preemption_grace_s, bool)
+               and math.isfinite(self.preemption_grace_s) and self.preemption_grace_s >= 0,
+               "FailureConfig.preemption_grace_s", self.preemption_grace_s, "a number of seconds >= 0")
 
 
 @dataclass
@@ -191,7 +224,7 @@ class RunConfig:
             (see :mod:`tuneplat.stopper`; its ``stop_all()`` ends the whole experiment).
         failure_config, checkpoint_config: see those classes.
         mlflow: an :class:`MLflowConfig`, or False to turn MLflow off.
-        verbose: 0 silent, 1 status table, 2 also trial events.
+        verbose: 0 silent, 1 status table (the default; None means 1), 2 also trial events.
         address: a Dask scheduler address (``tcp://host:8786``, ``tls://host:8786``) to run on.
         security: the cluster's TLS settings for ``address``: a
             ``distributed.security.Security`` or a dict of its arguments
@@ -212,6 +245,9 @@ class RunConfig:
             compatibility: its ``max_report_frequency`` sets ``progress_interval_s``.
         sync_config: accepted for Ray compatibility (results are written to
             ``storage_path`` directly; nothing to sync).
+        local_dir: Ray's deprecated name of ``storage_path``: refused, saying so (as Ray does).
+        worker_runtime_env: Ray Train V2's per-run worker environment: not ported (refused when given).
+        logging_config: Ray Train V2's ``LoggingConfig``: accepted; tuneplat logs through the ``tuneplat`` logger.
     """
 
     name: str | None = None
@@ -221,7 +257,7 @@ class RunConfig:
     failure_config: FailureConfig | None = None
     checkpoint_config: CheckpointConfig | None = None
     mlflow: MLflowConfig | bool | None = None
-    verbose: int = 1
+    verbose: int = None  # type: ignore[assignment]  # None (Ray's default): 1, set in __post_init__
     address: str | None = None
     security: Any = None
     tuner_host: str | None = None
@@ -231,8 +267,20 @@ class RunConfig:
     log_to_file: bool | str | tuple[str, str] = False
     progress_reporter: Any = None
     sync_config: Any = None
+    local_dir: str | None = None
+    worker_runtime_env: Any = None
+    logging_config: Any = None
 
     def __post_init__(self) -> None:
+        if self.verbose is None:  # (Ray's default: the usual output)
+            self.verbose = 1
+        if self.local_dir is not None:  # Ray's older name; Ray 2.x refuses it the same way
+            raise DeprecationWarning(f"RunConfig(local_dir={self.local_dir!r}) is deprecated (as in Ray): give "
+                                     f"RunConfig(storage_path={self.local_dir!r}) instead.")
+        if self.worker_runtime_env:
+            raise NotImplementedError("RunConfig(worker_runtime_env=...) is Ray's: ranks run in the Dask workers' own "
+                                      "environment here. Install packages where the workers run and set environment "
+                                      "variables before starting them (docs/porting-from-ray.md).")
         freq = getattr(self.progress_reporter, "max_report_frequency", None)  # tune.CLIReporter
         if isinstance(freq, (int, float)) and not isinstance(freq, bool) and freq > 0:
             self.progress_interval_s = float(freq)
@@ -256,7 +304,9 @@ class ScalingConfig:
     """How many ranks each trial runs, and what each rank needs.
 
     Args:
-        num_workers: ranks per trial (one torch process group); or ``(min_workers, max_workers)``
+        num_workers: ranks per trial (one torch process group); 0 (Ray Train V2's local mode): a
+            Trainer's ``fit()`` runs the training function in the calling process, without a
+            cluster or worker group (for debugging and unit tests); or ``(min_workers, max_workers)``
             for an elastic group (Ray Train V2's form; see ``docs/elastic.md``): it starts as soon as
             ``min_workers`` ranks fit, uses up to ``max_workers``, goes on with fewer ranks (from its
             latest checkpoint) when a host is lost or preempted, and grows at a checkpoint boundary
@@ -270,6 +320,11 @@ class ScalingConfig:
             checkpoint with more ranks) at a checkpoint boundary at least this many seconds after it
             started (Ray's name; Ray's default is 60). None (the default): at the first checkpoint
             boundary at which workers are free and no other trial waits for room.
+        accelerator_type: place each rank on a Dask worker that has the resource
+            ``accelerator_type:<value>`` (``dask worker --resources "accelerator_type:A100=1"``), as Ray
+            places on nodes with that accelerator; a trial whose cluster has none fails at once, naming it.
+        label_selector, use_tpu, topology: Ray's; accepted when unset (``None``/False). Node labels
+            and TPUs are not ported: a value is refused, saying so.
     """
 
     num_workers: int | tuple[int, int] = 1
@@ -278,6 +333,10 @@ class ScalingConfig:
     placement_strategy: str = "PACK"
     trainer_resources: Mapping[str, float] | None = None
     elastic_resize_monitor_interval_s: float | None = None
+    accelerator_type: str | None = None
+    label_selector: Any = None
+    use_tpu: bool = False
+    topology: str | None = None
 
     def __post_init__(self) -> None:
         if self.has_search_domains():
@@ -295,6 +354,12 @@ class ScalingConfig:
 
     def _validate_rest(self) -> None:
         self._check_num_workers()
+        _check(self.accelerator_type is None or (isinstance(self.accelerator_type, str) and self.accelerator_type != ""),
+               "ScalingConfig.accelerator_type", self.accelerator_type, "None or a name such as 'A100'")
+        for name in ("label_selector", "use_tpu", "topology"):
+            _check(not getattr(self, name), f"ScalingConfig.{name}", getattr(self, name),
+                   "unset: node labels and TPUs are not ported (use resources_per_worker with Dask worker "
+                   "resources, or accelerator_type=)")
         interval = self.elastic_resize_monitor_interval_s
         _check(interval is None or (isinstance(interval, (int, float)) and not isinstance(interval, bool)
                                     and interval >= 0),
@@ -329,8 +394,9 @@ class ScalingConfig:
             _check(lo <= hi, "ScalingConfig.num_workers", value,
                    f"(min_workers, max_workers) with min_workers <= max_workers, e.g. ({hi}, {lo})")
             return
-        _check(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-               "ScalingConfig.num_workers", value, "an int >= 1, or a tuple (min_workers, max_workers) of ints")
+        _check(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+               "ScalingConfig.num_workers", value, "an int >= 1 (0: local mode, a Trainer's fit() in this process), "
+               "or a tuple (min_workers, max_workers) of ints")
 
     @property
     def elastic(self) -> bool:
@@ -357,6 +423,8 @@ class ScalingConfig:
                 res[GPU_MEMORY] = parse_memory(v)
                 continue
             res[str(k).upper() if str(k).lower() in ("cpu", "gpu") else str(k)] = float(v)
+        if self.accelerator_type:  # Ray's custom resource name for nodes with that accelerator
+            res.setdefault(f"{ACCELERATOR_PREFIX}{self.accelerator_type}", 0.001)
         res.setdefault("CPU", 1.0)
         if self.use_gpu:
             res.setdefault("GPU", 1.0)
@@ -373,6 +441,8 @@ class ScalingConfig:
         """This config as a search space (its domains resolved per trial, as Ray Train's Tuner does)."""
         space = ScalingSpace(num_workers=self.num_workers, use_gpu=self.use_gpu,
                              placement_strategy=self.placement_strategy)
+        if self.accelerator_type is not None:
+            space["accelerator_type"] = self.accelerator_type
         if self.resources_per_worker is not None:
             space["resources_per_worker"] = (dict(self.resources_per_worker)
                                              if "grid_search" not in self.resources_per_worker
@@ -391,7 +461,7 @@ class ScalingConfig:
         if not isinstance(value, Mapping):
             raise ValueError(f"The value of `{where}` is {value!r}, but must be a ScalingConfig's fields.")
         fields = {k: v for k, v in value.items()
-                  if k in ("num_workers", "use_gpu", "resources_per_worker", "placement_strategy")}
+                  if k in ("num_workers", "use_gpu", "resources_per_worker", "placement_strategy", "accelerator_type")}
         try:
             sc = cls(**fields)
         except ValueError as exc:

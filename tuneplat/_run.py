@@ -140,7 +140,7 @@ def run(run_or_experiment: Callable[..., Any], *, name: str | None = None, metri
         trainable = with_resources(trainable, resources_per_trial)
     tune_config = TuneConfig(metric=metric, mode=mode, search_alg=search_alg, scheduler=scheduler,
                              num_samples=num_samples, max_concurrent_trials=max_concurrent_trials,
-                             time_budget_s=time_budget_s, reuse_actors=reuse_actors,
+                             time_budget_s=time_budget_s, reuse_actors=bool(reuse_actors),
                              trial_name_creator=trial_name_creator, trial_dirname_creator=trial_dirname_creator)
     run_config = RunConfig(name=name, storage_path=storage_path, stop=stop, checkpoint_config=checkpoint_config,
                            failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),

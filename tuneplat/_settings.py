@@ -29,6 +29,20 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_SKLEARN_IDLE_S`` | 300 | ``tuneplat.sklearn``: how long the embedded cluster is kept between searches (0: closed after each) |
 | ``TUNEPLAT_NUM_CPUS`` | (cores) | worker slots of the embedded cluster, over ``init(num_cpus=)`` (Ray's ``RAY_OVERRIDE_RESOURCES``): oversubscribe a laptop |
 | ``TUNEPLAT_PLAIN_PROGRESS`` | (unset) | set: the live view prints plain lines even on a terminal |
+| ``TUNEPLAT_REPORT_TIMEOUT_S`` | 1800 | a rank that has not reached ``report()`` this long after another rank of its group did is hung (a deadlock): the stacks are captured and the trial fails |
+| ``TUNEPLAT_TASK_LOST_GRACE_S`` | 2 | an elastic rank whose Dask task was declared lost while its connection lives: how long a preemption notice may take before the rank counts as lost |
+| ``TUNEPLAT_OOM_CHECK_S`` | 5 | how long the tuner waits for a live worker of another host to read whether the kernel's OOM killer ended a rank there |
+| ``TUNEPLAT_RETIRE_POLL_S`` | 0.1 | how often an elastic group's rank looks whether its Dask worker is closing |
+| ``TUNEPLAT_STORE_LINGER_S`` | 60 | the longest rank 0 keeps its group's rendezvous store open for ranks that have not finished |
+| ``TUNEPLAT_SYSTEM_METRICS_S`` | 5 | how often a rank samples CPU, memory and GPU (0: system metrics off) |
+| ``TUNEPLAT_SYSTEM_METRICS_JOURNAL_S`` | 60 | system metrics reach the journal at most this often per trial (every sample reaches the callbacks) |
+| ``TUNEPLAT_WORKERS_FILE_S`` | 2 | how often the live per-rank table (``tuneplat status --workers``) is written |
+| ``TUNEPLAT_DATA_TIMEOUT_S`` | 120 (0: no bound) | how long a rank waits for its dataset shard's next batch |
+| ``TUNEPLAT_CHDIR_TO_TRIAL_DIR`` | 1 | each trial's function runs in its trial folder (Ray's ``RAY_CHDIR_TO_TRIAL_DIR``); 0: in the tuner's folder |
+| ``TUNEPLAT_WORKER_IMPORTS`` | (unset) | modules the embedded cluster's workers import as they start (set by the tuner for them) |
+
+Each is read where it is used, each time (``tests/test_settings.py`` checks that every ``TUNEPLAT_*`` name the
+package reads is in this table, and that none is read when a module is imported).
 """
 
 from __future__ import annotations

@@ -225,6 +225,9 @@ class Tuner:
                                  "scaling_config= as well; give them in one place.")
             self.scaling_config = resources
         self.scaling_config = self.scaling_config or ScalingConfig()
+        if self.scaling_config.num_workers == 0:
+            raise ValueError("ScalingConfig(num_workers=0) is Ray Train V2's local mode: it runs a Trainer's fit() in "
+                             "this process, not trials of a Tuner. Give the Tuner num_workers >= 1.")
         if not isinstance(self.tune_config, TuneConfig):
             raise TypeError(f"tune_config must be a tuneplat.TuneConfig, got {type(self.tune_config).__name__}")
         if not isinstance(self.run_config, RunConfig):
@@ -275,8 +278,6 @@ class Tuner:
         #: called in fit() once the folder is this run's (the command line saves the sweep file there)
         self._before_run: Callable[[], None] | None = None
         self._caller = "Tuner.fit()"  # what the user called (TorchTrainer.fit(), tune.run() set theirs)
-        #: Tune trials run in their trial folder (Ray's RAY_CHDIR_TO_TRIAL_DIR); a Trainer's own fit() does not (V2)
-        self._chdir_to_trial_dir = True
         self._auto_file_loggers = True  # progress.csv/TensorBoard files unasked (not for a Trainer inside a trial)
 
     def fit(self) -> ResultGrid:
@@ -314,8 +315,9 @@ class Tuner:
                 trainable_name=self.trainable_name, executor=executor,
                 store=store, callbacks=callbacks, trials=self._resume[1] if self._resume else None,
                 resume=self._resume is not None, syncer=syncer, raw_trainable=self._raw_trainable,
+                reopen=self._resume[3] if self._resume is not None and len(self._resume) > 3 else None,
                 trial_resources=self._trial_resources,
-                trial_io=make_trial_io(self.run_config.log_to_file, chdir=self._chdir_to_trial_dir),
+                trial_io=make_trial_io(self.run_config.log_to_file),
             )
             if self._resume is None:
                 self._set_aside_previous_journal()
@@ -458,7 +460,8 @@ class Tuner:
             trainable, param_space=param_space if param_space is not None else saved.get("param_space"),
             tune_config=tune_config or saved.get("tune_config"), run_config=rc,
             scaling_config=scaling_config or (None if resources_of(trainable) else saved.get("scaling_config")),
-            client=client, executor=executor, _resume=(path, trials, remote_dir),
+            client=client, executor=executor,
+            _resume=(path, trials, remote_dir, {"resume_errored": resume_errored, "restart_errored": restart_errored}),
         )
 
 

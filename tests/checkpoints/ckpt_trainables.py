@@ -72,3 +72,36 @@ def pbt_accumulate(config):
             with open(os.path.join(d, "state.json"), "w") as f:
                 json.dump({"acc": acc, "step": step, "writer": me}, f)
             tune.report({"acc": acc, "came_from": came_from}, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def empty_then_listed(config):
+    """Reports an empty-folder checkpoint per step (Ray: a checkpoint of an empty folder is a checkpoint), then
+    reports what ``train.get_all_reported_checkpoints()`` lists, with the metrics each was reported with."""
+    earlier = train.get_all_reported_checkpoints()  # (a retry: the first attempt's, to go on after the last)
+    restored = train.get_checkpoint() is not None
+    start = int(earlier[-1].metrics["score"]) if earlier else 0
+    for step in range(start + 1, config["steps"] + 1):
+        if config.get("fail_at") == step and train.get_context().get_attempt() == 0:
+            raise RuntimeError(f"planned failure at step {step}")
+        with tempfile.TemporaryDirectory() as d:
+            tune.report({"score": float(step)}, checkpoint=tune.Checkpoint.from_directory(d))
+    listed = train.get_all_reported_checkpoints()
+    tune.report({"listed": [[os.path.basename(r.checkpoint.path.rstrip("/")), r.metrics.get("score"),
+                             r.status.value] for r in listed],
+                 "restored": restored, "start": start})
+
+
+def fails_once_at_3(config):
+    """Steps 1..4, a checkpoint each; without a checkpoint to start from, it fails at step 3."""
+    ckpt = train.get_checkpoint()
+    start = 0
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            start = json.load(open(os.path.join(d, "state.json")))["step"]
+    for step in range(start + 1, 5):
+        if ckpt is None and step == 3:
+            raise RuntimeError(f"the first run broke at step {step}")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            train.report({"step": step, "start": start}, checkpoint=tune.Checkpoint.from_directory(d))

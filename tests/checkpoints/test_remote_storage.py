@@ -87,9 +87,15 @@ def test_sweep_on_s3_keeps_checkpoints_there_with_retention(dask_client, s3, cac
     (r,) = results
     assert r.error is None, r.error
     assert results.experiment_path == f"{url}/results/exp"
-    assert r.path.startswith(f"{url}/results/exp/") and r.filesystem is fs
+    assert r.path.startswith(f"{url}/results/exp/") and r.fsspec_filesystem is fs
+    # Ray's Result.filesystem is a pyarrow filesystem (here the fsspec one, wrapped), and it reads the trial folder
+    import pyarrow
+
+    assert isinstance(r.filesystem, pyarrow.fs.PyFileSystem)
+    assert r.filesystem.get_file_info(r.path.split("://", 1)[1]).type == pyarrow.fs.FileType.Directory
     fs.invalidate_cache()
-    names = [n for n in _names(fs, r.path) if not n.startswith("events.out.tfevents.")]  # (Ray's TensorBoard file)
+    names = [n for n in _names(fs, r.path)  # (Ray's TensorBoard file; the metrics kept beside each checkpoint)
+             if not n.startswith(("events.out.tfevents.", "."))]
     assert names == ["checkpoint_000001", "checkpoint_000003", "checkpoint_000005", "params.json", "progress.csv",
                      "result.json"]
     assert r.checkpoint.path == f"{r.path}/checkpoint_000005" and r.checkpoint.filesystem is fs
@@ -183,7 +189,7 @@ def test_pbt_clones_checkpoints_on_s3(dask_client, s3, cache_dir):
     from tuneplat.schedulers import PopulationBasedTraining
 
     fs, url = s3
-    pbt = PopulationBasedTraining(perturbation_interval=2, hyperparam_mutations={"lr": [0.1, 0.5, 1.0]},
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": [0.1, 0.5, 1.0]},
                                   quantile_fraction=0.5, seed=0)
     results = tune.Tuner(T.pbt_accumulate, param_space={"lr": tune.grid_search([0.1, 1.0]), "steps": 6},
                          tune_config=tune.TuneConfig(metric="acc", mode="max", scheduler=pbt),
@@ -216,3 +222,46 @@ def test_a_new_run_with_the_same_name_on_s3_keeps_the_old_journal(dask_client, s
     assert '"steps": 1' in fs.cat_file(old).decode()
     restored = tune.Tuner.restore(exp, T.counts_with_checkpoints, storage_filesystem=fs).get_results()
     assert [r.config["steps"] for r in restored] == [2]
+
+
+def test_an_empty_folder_is_a_checkpoint_on_s3_as_on_local_disk(dask_client, s3, cache_dir, tmp_path):
+    """Ray keeps a checkpoint of an empty folder; an object store has no folders, so tuneplat marks what was staged.
+    ``get_all_reported_checkpoints()`` lists them (earlier attempt's too, retention applied) with their metrics."""
+    fs, url = s3
+    cfg = {"steps": 4, "fail_at": 3}
+    retain = tune.CheckpointConfig(num_to_keep=2)
+    fail = tune.FailureConfig(max_failures=1)
+    (remote,) = tune.Tuner(T.empty_then_listed, param_space=cfg, client=dask_client,
+                           run_config=_rc(fs, url, checkpoint_config=retain, failure_config=fail)).fit()
+    (local,) = tune.Tuner(T.empty_then_listed, param_space=cfg, client=dask_client,
+                          run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0, mlflow=False,
+                                                    checkpoint_config=retain, failure_config=fail)).fit()
+    for r in (remote, local):
+        assert r.error is None, r.error
+        assert r.checkpoint is not None and r.metrics["restored"] is True and r.metrics["start"] == 2
+        assert r.metrics["listed"] == [["checkpoint_000003", 3.0, "COMMITTED"], ["checkpoint_000004", 4.0, "COMMITTED"]]
+        with r.checkpoint.as_directory() as d:
+            assert os.listdir(d) == []
+
+
+def test_a_relaunched_trainer_on_s3_resumes_the_run_that_did_not_finish(dask_client, s3, cache_dir):
+    """Ray Train V2's job-level restart with cloud storage: the same RunConfig(storage_path="s3://...", name=) on a
+    machine without the local cache (a new driver) continues from the run's latest checkpoint there."""
+    import shutil as _shutil
+
+    import tuneplat.train as train
+    from tuneplat.train.torch import TorchTrainer
+
+    fs, url = s3
+
+    def trainer():
+        return TorchTrainer(T.fails_once_at_3, scaling_config=train.ScalingConfig(num_workers=1),
+                            run_config=_rc(fs, url, name="job"), client=dask_client)
+
+    with pytest.raises(train.WorkerGroupError, match="first run broke at step 3"):
+        trainer().fit()
+    _shutil.rmtree(cache_dir, ignore_errors=True)  # (a new machine: only S3 holds the run)
+    result = trainer().fit()
+    assert (result.metrics["step"], result.metrics["start"]) == (4, 2)  # from step 2's checkpoint on S3
+    with pytest.raises(train.WorkerGroupError, match="first run broke at step 3"):
+        trainer().fit()  # finished: a new run starts afresh (from no checkpoint, so it breaks at step 3 again)

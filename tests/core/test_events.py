@@ -27,7 +27,8 @@ def _sample(cls: type[ev.Event]) -> ev.Event:
             continue
         hint = str(f.type)
         values[f.name] = (True if hint.startswith("bool") else 3 if hint.startswith("int") else 1.5
-                          if hint.startswith("float") else {"a": 1} if hint.startswith("dict") else "x")
+                          if hint.startswith("float") else {"a": 1} if hint.startswith("dict") else ["x"]
+                          if hint.startswith("list") else "x")
     return cls(**values, time=12.5)
 
 

@@ -21,10 +21,11 @@ from tuneplat import read_journal
 from tuneplat.core import _loop
 from tuneplat.core._events import from_json
 from tuneplat.core._journal import to_jsonable
+from tuneplat.core._replay import replay
 from tuneplat.core._state import ExperimentState, apply
 from tuneplat.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, PopulationBasedTraining
 from tuneplat.search import BasicVariantGenerator
-from tuneplat.testing import VirtualTimeExecutor
+from tuneplat.testing import HANG, LOSE_HOST, LOSE_WORKER, PREEMPT, VirtualTimeExecutor
 
 # ---------------------------------------------------------------------------- trainables (learning curves)
 
@@ -63,6 +64,24 @@ def needs_memory(config):
         yield {"loss": 1.0 / (step * config["micro_batch"])}
 
 
+def faulty(config):
+    """Meets the fault named in its config once (a marker file remembers), at its 3rd iteration."""
+    marker = config["marker"]
+    for step in range(1, 7):
+        if step == 3 and config["fault"] is not None and not os.path.exists(marker):
+            open(marker, "w").close()
+            yield config["fault"]
+        yield {"loss": 1.0 / step}
+
+
+def _faulty(storage: str, tmp_path: Any, fault: Any, name: str, *, slots: int = 2, **executor: Any) -> tune.Tuner:
+    space = {"fault": tune.grid_search([fault, None]), "marker": str(tmp_path / name)}
+    return tune.Tuner(faulty, param_space=space, tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                      run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0, mlflow=False,
+                                                failure_config=tune.FailureConfig(max_failures=2)),
+                      executor=VirtualTimeExecutor(num_slots=slots, **executor))
+
+
 class _Interrupt(tune.Callback):
     """Ctrl-C mid-sweep: a callback raising KeyboardInterrupt (as Ray allows) at the 3rd result of a trial."""
 
@@ -98,6 +117,11 @@ def _experiments(tmp_path: Any) -> dict[str, Any]:
         "oom_retry": lambda s: _tuner(s, needs_memory, {"micro_batch": tune.grid_search([4, 32])}, name="oom",
                                       failure_config=tune.FailureConfig(oom_halve="micro_batch", max_oom_retries=3)),
         "ctrl_c": lambda s: _tuner(s, curve, {"floor": floors}, name="ctrl_c", callbacks=[_Interrupt()]),
+        "lost_worker": lambda s: _faulty(s, tmp_path, LOSE_WORKER, "lost_worker"),
+        "preemption": lambda s: _faulty(s, tmp_path, PREEMPT, "preemption"),
+        "not_started": lambda s: _faulty(s, tmp_path, None, "not_started", lose_starts=1),
+        "hung": lambda s: _faulty(s, tmp_path, HANG, "hung", hang_timeout_s=30),
+        "starved": lambda s: _faulty(s, tmp_path, LOSE_HOST, "starved", slots=1),
     }
 
 
@@ -127,7 +151,8 @@ def _snapshot(state: ExperimentState) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("experiment", ["asha", "hyperband", "pbt", "retries", "errors", "oom_retry", "ctrl_c"])
+@pytest.mark.parametrize("experiment", ["asha", "hyperband", "pbt", "retries", "errors", "oom_retry", "ctrl_c",
+                                        "lost_worker", "preemption", "not_started", "hung", "starved"])
 def test_live_state_equals_the_reducer_over_the_journal_at_every_event(experiment, storage, tmp_path, monkeypatch):
     snapshots: list[dict[str, Any]] = []
     real_apply = _loop.apply
@@ -144,7 +169,9 @@ def test_live_state_equals_the_reducer_over_the_journal_at_every_event(experimen
     kinds = {line["event"] for line in lines}
     expected = {"asha": {"decision"}, "hyperband": {"trial_paused", "trial_resume"}, "pbt": {"exploit"},
                 "retries": {"trial_failure", "checkpoint_deleted"}, "errors": {"trial_failure"},
-                "oom_retry": {"oom_retry"}, "ctrl_c": {"trial_requeued"}}[experiment]
+                "oom_retry": {"oom_retry"}, "ctrl_c": {"trial_requeued"}, "lost_worker": {"trial_failure"},
+                "preemption": {"preempt_notice", "trial_preempted", "trial_requeued"},
+                "not_started": {"trial_requeued"}, "hung": {"trial_failure"}, "starved": {"starved"}}[experiment]
     assert expected <= kinds, f"the recorded experiment reaches {expected - kinds}"
     folded = ExperimentState(trials=[], experiment_dir=grid.experiment_path, trusted=True)
     for k, line in enumerate(lines):
@@ -218,3 +245,136 @@ def test_a_callback_editing_a_result_changes_neither_the_scheduler_the_journal_n
     assert journaled and min(journaled) > 0
     best = grid.get_best_result()
     assert best.config["floor"] == 0.1 and best.metrics["loss"] == pytest.approx(0.1 + 1 / 8)
+
+
+def test_a_restored_run_continues_the_same_state_as_the_replay_of_both_runs(storage, tmp_path, monkeypatch):
+    """Tuner.restore(resume_errored=True): the trials it reopens are what the resumed run's experiment event does to
+    the replayed state, so live == fold(journal[:k]) holds through the second run too."""
+    _tuner(storage, fails_then_works, {"floor": tune.grid_search([0.0, 0.3]), "marker": str(tmp_path / "m")},
+           name="reopen", failure_config=tune.FailureConfig(max_failures=0)).fit()
+    path = os.path.join(storage, "reopen")
+    first = len(read_journal(os.path.join(path, "journal.jsonl")))
+    snapshots: list[dict[str, Any]] = []
+    real_apply = _loop.apply
+
+    def recording_apply(state: ExperimentState, event: Any) -> ExperimentState:
+        real_apply(state, event)
+        snapshots.append(_snapshot(state))
+        return state
+
+    monkeypatch.setattr(_loop, "apply", recording_apply)
+    grid = tune.Tuner.restore(path, fails_then_works, resume_errored=True,
+                              executor=VirtualTimeExecutor(num_slots=2)).fit()
+    assert {r.status for r in grid} == {"TERMINATED"} and not any(r.error for r in grid)
+    lines = read_journal(os.path.join(path, "journal.jsonl"))
+    assert lines[first]["event"] == "experiment" and lines[first]["resume_errored"] is True
+    folded = replay(lines[:first], path, trusted=True)  # what the restore read (checkpoints missing on disk dropped)
+    for k, line in enumerate(lines[first:]):
+        apply(folded, from_json(line))
+        want, got = _snapshot(folded), snapshots[k]
+        want.pop("history"), got.pop("history")  # (the live run's history starts at the restore)
+        want.pop("seq"), got.pop("seq")
+        if got["trials"] != want["trials"]:
+            diff = [{f: (g[f], w[f]) for f in w if g[f] != w[f]} for g, w in zip(got["trials"], want["trials"])]
+            pytest.fail(f"after line {first + k} ({line['event']}): {diff}")
+
+
+def test_an_invalid_status_move_raises_live_and_is_tolerated_on_replay(tmp_path):
+    from tuneplat.core import _events as ev
+    from tuneplat.core._phase import ExperimentPhase, InvalidTransition
+
+    events = [ev.TrialAdd(trial_id="t", path=str(tmp_path), config={}),
+              ev.TrialEnd(trial_id="t", status="TERMINATED"), ev.TrialStart(trial_id="t", attempt=1)]
+    live = ExperimentState(trials=[], strict=True)
+    apply(live, events[0])
+    apply(live, events[1])
+    with pytest.raises(InvalidTransition, match="trial t cannot go from TERMINATED to RUNNING"):
+        apply(live, events[2])
+    replayed = ExperimentState(trials=[])
+    for e in events:
+        apply(replayed, e)
+    assert replayed.trials[0].status.value == "RUNNING"  # (a journal an older version wrote still reads)
+    with pytest.raises(InvalidTransition, match="from errored to running"):
+        ExperimentPhase.ERRORED.to(ExperimentPhase.RUNNING)
+    assert ExperimentPhase.FAILING.to(ExperimentPhase.FAILING) is ExperimentPhase.FAILING
+    assert [p.status for p in ExperimentPhase] == ["finished", "finished", "failed", "interrupted", "error"]
+
+
+class _RecordingExecutor(VirtualTimeExecutor):
+    """The virtual executor, keeping every event it hands the loop."""
+
+    seen: list[Any] = []
+
+    def poll(self, timeout):
+        events = super().poll(timeout)
+        _RecordingExecutor.seen.extend(events)
+        return events
+
+
+def test_every_outcome_and_failure_kind_is_reached_in_virtual_time(storage, tmp_path):
+    from tuneplat.execution._executor import Ended, Outcome, Preempted, Starved
+    from tuneplat.execution._failure import ERROR, HUNG, INVALID, LOST, OOM
+
+    _RecordingExecutor.seen = []
+
+    def fit(fn: Any, space: dict[str, Any], name: str, *, metric: str = "loss", slots: int = 2, **kw: Any) -> Any:
+        return tune.Tuner(fn, param_space=space, tune_config=tune.TuneConfig(metric=metric, mode="min"),
+                          run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0, mlflow=False,
+                                                    failure_config=tune.FailureConfig(max_failures=1)),
+                          executor=_RecordingExecutor(num_slots=slots, **kw)).fit()
+
+    for fault in (LOSE_WORKER, PREEMPT, HANG):
+        fit(faulty, {"fault": fault, "marker": str(tmp_path / repr(fault))}, f"f{len(_RecordingExecutor.seen)}",
+            hang_timeout_s=30)
+    fit(faulty, {"fault": None, "marker": str(tmp_path / "ns")}, "not_started", lose_starts=1)
+    fit(faulty, {"fault": LOSE_HOST, "marker": str(tmp_path / "lh")}, "starved", slots=1)
+    fit(always_fails, {"x": 1}, "error")
+    fit(needs_memory, {"micro_batch": 32}, "oom")
+    fit(curve, {"floor": 0.0}, "invalid", metric="los")  # a misspelt metric: the loop fails the trial
+    tune.Tuner(faulty, param_space={"fault": HANG, "marker": str(tmp_path / "ab2")},
+               tune_config=tune.TuneConfig(metric="loss", mode="min", time_budget_s=100),
+               run_config=tune.RunConfig(name="budget", storage_path=storage, verbose=0, mlflow=False),
+               executor=_RecordingExecutor(num_slots=1)).fit()
+    ended = [e for e in _RecordingExecutor.seen if isinstance(e, Ended)]
+    assert {e.outcome for e in ended} == set(Outcome)
+    kinds = {e.failure.kind for e in ended if e.outcome is Outcome.FAILED and e.failure is not None}
+    assert kinds == {ERROR, OOM, LOST, HUNG, INVALID}
+    assert all(e.failure is not None for e in ended if e.outcome is Outcome.FAILED)
+    assert any(isinstance(e, Preempted) for e in _RecordingExecutor.seen)
+    assert any(isinstance(e, Starved) for e in _RecordingExecutor.seen)
+    assert any(e.preempted for e in ended if e.outcome is Outcome.RESIZED)
+
+
+def test_a_callback_cannot_assign_a_trials_fields(storage):
+    from tuneplat.core._trial import ReadOnlyTrial
+
+    caught: list[BaseException] = []
+
+    class Assigns(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            try:
+                trial.config = {"floor": -1.0}
+            except ReadOnlyTrial as exc:
+                caught.append(exc)
+
+    grid = _tuner(storage, curve, {"floor": tune.grid_search([0.1])}, name="assigns", callbacks=[Assigns()]).fit()
+    assert len(caught) == 8 and "read-only" in str(caught[0])
+    assert grid[0].config == {"floor": 0.1}
+
+
+def test_the_preemption_budget_is_the_failure_policys(storage, tmp_path):
+    """FailureConfig(max_preemption_failures=0): a preempted trial ends as an error; without a budget it starts
+    again from its checkpoint without a failure counted."""
+    def fit(budget: int, name: str) -> Any:
+        return tune.Tuner(faulty, param_space={"fault": PREEMPT, "marker": str(tmp_path / name)},
+                          tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                          run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0, mlflow=False,
+                                                    failure_config=tune.FailureConfig(max_preemption_failures=budget)),
+                          executor=VirtualTimeExecutor(num_slots=1)).fit()
+
+    (ended,) = fit(0, "no_budget")
+    assert ended.status == "ERROR" and "preempted 1 times, more than FailureConfig(max_preemption_failures=0)" in str(
+        ended.error)
+    (resumed,) = fit(-1, "unlimited")
+    assert resumed.status == "TERMINATED" and resumed.error is None
+    assert resumed.metrics["training_iteration"] == 6

@@ -174,7 +174,7 @@ def test_bad_config_values_name_the_argument():
     with pytest.raises(ValueError, match=r"`TuneConfig.mode` is 'minimize'"):
         tune.TuneConfig(metric="loss", mode="minimize")
     with pytest.raises(ValueError, match=r"ScalingConfig.num_workers"):
-        tune.ScalingConfig(num_workers=0)
+        tune.ScalingConfig(num_workers=-1)  # (0 is Ray Train V2's local mode: tests/train/test_ray_train_v2.py)
 
 
 def test_impossible_placement_is_refused_at_once(dask_client, storage):
@@ -278,3 +278,19 @@ def test_a_new_run_with_the_same_name_starts_its_own_journal(dask_client, storag
     (old,) = [f for f in os.listdir(storage) if f.startswith("same.")]  # the previous run, moved aside whole
     old_trials = [e for e in tune.read_journal(os.path.join(storage, old, "journal.jsonl")) if e["event"] == "trial_add"]
     assert [e["config"]["x"] for e in old_trials] == [1.0]  # nothing lost
+
+
+@pytest.mark.parametrize("scheduler", ["PASHAScheduler", "ASHAScheduler", "HyperBandScheduler", "MedianStoppingRule",
+                                       "PopulationBasedTraining"])
+def test_a_non_numeric_time_attr_fails_that_trial_naming_the_key(dask_client, storage, scheduler):
+    """Ray's schedulers raise TypeError comparing a str time_attr; silently ignoring every result is worse."""
+    from tuneplat import schedulers
+
+    kw = {"hyperparam_mutations": {"y": [1, 2]}} if scheduler == "PopulationBasedTraining" else {}
+    _, results = _fit(dask_client, storage, T.reports_phase, {"x": tune.grid_search([0, 1])}, metric="loss",
+                      mode="min", scheduler=getattr(schedulers, scheduler)(time_attr="phase", **kw))
+    bad = next(r for r in results if r.config["x"] == 0)
+    assert bad.status == "ERROR" and "TypeError" in str(bad.error) and "'phase'" in str(bad.error)
+    assert "phase='warmup' (str)" in str(bad.error)
+    good = next(r for r in results if r.config["x"] == 1)
+    assert good.error is None  # the other trial goes on: the experiment is not taken down

@@ -81,3 +81,9 @@ def with_spawned_helper(config):
         threading.Event().wait(0.01)  # the helper has started (file written by it)
     for step in range(config.get("steps", 200)):
         tune.report({"loss": 1.0 / (step + 1), "helper_pid": helper.pid})
+
+
+def reports_phase(config):
+    """Reports a loss and a ``phase`` that is a word for trial ``x=0`` (a str time_attr) and a number otherwise."""
+    for step in range(1, 4):
+        tune.report({"loss": float(step + config["x"]), "phase": "warmup" if config["x"] == 0 else step})

@@ -178,7 +178,7 @@ def test_unknown_token_and_wrong_secret_are_refused(tuner):
 
 
 def test_a_peer_that_does_not_authenticate_in_time_is_dropped(monkeypatch):
-    monkeypatch.setattr(_channel, "AUTH_TIMEOUT_S", 0.2)
+    monkeypatch.setenv("TUNEPLAT_AUTH_TIMEOUT_S", "0.2")
     t = Tuner()
     try:
         sock = socket.create_connection(t.address)
@@ -364,13 +364,28 @@ def test_another_user_on_the_local_socket_is_closed_before_a_byte_is_read(tuner)
     assert name in other_user.tuneplat_local_sockets()  # what a local attacker sees
     child = other_user.start_as_nobody(_full_handshake_as_stranger, name, token[:16].hex())
     out = child.finish(timeout=60)
-    assert out == {"got": ""}, out  # closed without a reply (before: the tuner's nonce and proof came back)
+    # closed with only "not your user" (before: the tuner's nonce and proof for the live trial came back)
+    assert out == {"got": other_user.OTHER_USER_NOTICE.hex()}, out
     assert tuner.listener.refused_uid >= 1
     assert tuner.authenticated == 0 and not tuner.listener.pending
-    sock = connect(("127.0.0.1", 1), token, local=name)  # the tuner's own user still gets in
+    # a rank of the user's own that runs as another uid is sent to the TCP port, and gets in there
+    child = other_user.start_as_nobody(_rank_as_other_uid, tuner.address[1], name, token.hex())
+    out = child.finish(timeout=60)
+    assert out == {"family": "AF_INET", "echo": "from another uid"}, out
+    assert tuner.authenticated == 1
+    sock = connect(("127.0.0.1", 1), token, local=name)  # the tuner's own user still gets in on the local socket
     send_msg(sock, "ping")
     assert recv_msg(sock) == ("echo", "ping")
     sock.close()
+
+
+def _rank_as_other_uid(stop_fd: int, port: int, name: str, token_hex: str) -> dict:
+    sock = connect(("127.0.0.1", port), bytes.fromhex(token_hex), local=name)
+    try:
+        send_msg(sock, "from another uid")
+        return {"family": sock.family.name, "echo": recv_msg(sock)[1]}
+    finally:
+        sock.close()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local socket is Linux's abstract namespace")

@@ -145,7 +145,10 @@ def test_ledger_counts_workers_still_starting_only_when_deciding_what_can_ever_f
     with pytest.raises(PlacementError, match=r"2 worker process\(es\).*\(1 of them still starting\)"):
         ledger.check_fits_empty({"CPU": 1}, 3, starting=starting)
     with pytest.raises(PlacementError, match=r"CPU=2"):
-        ledger.check_fits_empty({"CPU": 2}, 1, starting=starting)
+        ledger.check_fits_empty({"CPU": 2}, 1)
+    ledger.check_fits_empty({"CPU": 2}, 1, starting=starting)  # the host's 2 CPUs (CPUs count per host)
+    with pytest.raises(PlacementError, match=r"CPU=3"):
+        ledger.check_fits_empty({"CPU": 3}, 1, starting=starting)
     assert ledger.allocate({"CPU": 1}, 2) is None  # a starting worker is never placed on
     assert [a.address for a in ledger.allocate({"CPU": 1}, 1) or []] == ["tls://127.0.0.1:1"]
 

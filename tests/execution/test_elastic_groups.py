@@ -83,6 +83,9 @@ def descent(config):
             return  # (the Tuner test: two steps on the larger group, then done)
         (xs, ys), = list(loader)  # one batch: this rank's whole shard
         grad = 2 * xs.T @ (xs @ w - ys) / len(xs)
+        before = config.get("before_reduce")
+        if before is not None:
+            before(step + 1, rank, world, ctx.get_attempt())
         if world > 1:
             dist.all_reduce(grad)
             grad /= world
@@ -92,8 +95,11 @@ def descent(config):
             hook(step + 1, rank, world, ctx.get_attempt())
         asked = should_checkpoint()
         notice = get_preemption_info()  # (Ray Train V2's way to ask the same)
-        metrics = {"step": step + 1, "world_size": world, "shard": len(xs), "asked": asked, "w0": float(w[0]),
-                   "w1": float(w[1]), "preempted_ranks": notice.preempted_ranks if notice is not None else None}
+        metrics = {"step": step + 1, "world_size": world, "shard": len(xs), "asked": asked, "pid": os.getpid(),
+                   "w0": float(w[0]), "w1": float(w[1]),
+                   "preempted_ranks": notice.preempted_ranks if notice is not None else None,
+                   "preempted_nodes": [dict(notice.preempted_node_to_ranks), notice.preempted_node_ids]
+                   if notice is not None else None}
         if (step + 1) % config["every"] == 0 or asked:
             with tempfile.TemporaryDirectory() as folder:
                 torch.save({"w": w, "step": step + 1}, os.path.join(folder, "state.pt"))
@@ -216,6 +222,53 @@ def test_a_killed_worker_shrinks_the_group_which_goes_on_from_its_checkpoint(tmp
     assert Tuner.restore(os.path.dirname(result.path), descent).scaling_config.num_workers == (1, 2)
 
 
+def stop_rank_1_before_the_reduce_of_step_5(step, rank, world, attempt):
+    if step == 5 and rank == 1 and world == 2:
+        os.kill(os.getpid(), signal.SIGSTOP)  # a host whose link is cut: no FIN, its peer waits in all_reduce
+
+
+def test_a_silent_peer_releases_the_rank_blocked_in_all_reduce_which_goes_on_in_the_same_process(
+        tmp_path, cluster, monkeypatch):
+    """Rank 1 stops (SIGSTOP: nothing is closed, as when its host's link is cut) just before the all_reduce of step
+    5, where rank 0 then waits. The tuner notices the silence (heartbeat timeout) and ends the group; rank 0's
+    heartbeat sees the tuner hang up and shuts the gloo group's connections down, so its all_reduce fails at once
+    and its worker process, healthy, runs the smaller group from the checkpoint of step 4. Without that, rank 0 waits
+    in all_reduce (gloo's timeout and the abort grace are 600 s here) and the retry never starts."""
+    import types
+
+    from tuneplat.execution import _forensics
+    from tuneplat.train.torch import TorchConfig
+
+    monkeypatch.setenv("TUNEPLAT_HEARTBEAT_TIMEOUT_S", "8")
+    monkeypatch.setenv("TUNEPLAT_ABORT_GRACE_S", "600")  # (neither the grace nor gloo's own timeout rescues rank 0)
+    # the workers' host is not the tuner's, as when the link to a remote host is cut: the tuner cannot SIGKILL the
+    # silent process (which would close its sockets, a FIN the remote case never gets); it asks its nanny (there is
+    # none here: the process stays stopped, holding its connections open)
+    monkeypatch.setattr(_forensics, "socket", types.SimpleNamespace(gethostname=lambda: "the-tuners-host"))
+    cluster.start(2)
+    trainer = TorchTrainer(descent, train_loop_config={"steps": STEPS, "every": 2,
+                                                       "before_reduce": stop_rank_1_before_the_reduce_of_step_5},
+                           scaling_config=ScalingConfig(num_workers=(1, 2)), torch_config=TorchConfig(timeout_s=600),
+                           client=cluster.client,
+                           run_config=RunConfig(storage_path=str(tmp_path / "results"), name="silent", mlflow=False,
+                                                verbose=0, failure_config=FailureConfig(max_failures=1)))
+    try:
+        result = trainer.fit()
+    finally:
+        for p in cluster.procs:  # (the stopped worker takes its SIGTERM once continued)
+            os.killpg(p.pid, signal.SIGCONT)
+    assert result.error is None, result.error
+    rows = _trial_results(result)
+    assert [(r["step"], r["world_size"]) for r in rows] == [(s, 2) for s in range(1, 5)] + [
+        (s, 1) for s in range(5, STEPS + 1)]
+    assert [result.metrics["w0"], result.metrics["w1"]] == pytest.approx(reference_weights(), rel=1e-12, abs=1e-12)
+    rank0_pid = rows[0]["pid"]  # (rank 0 reports for the group)
+    assert {r["pid"] for r in rows} == {rank0_pid}  # the same worker process: never restarted
+    resizes = [e for e in _journal(os.path.dirname(result.path)) if e["event"] == "resize"]
+    assert [(e["from_world_size"], e["to_world_size"]) for e in resizes] == [(2, 1)]
+    assert all(e["reason"] for e in resizes)
+
+
 # ---------------------------------------------------------------------------------------------- a worker joins
 
 def announce_step_3_then_wait_for_a_join(step, rank, world, attempt):
@@ -315,6 +368,9 @@ def test_a_retiring_worker_is_checkpointed_before_it_goes_and_no_step_is_lost(tm
     # which every rank saw, with the leaving rank (Ray's get_preemption_info)
     assert len(asked) == 1 and asked[0] >= 4 and last == asked[0] + 3
     assert [r["preempted_ranks"] for r in rows if r["asked"]] == [[1]]
+    # Ray V2's node fields: the leaving node is rank 1's Dask worker (its address), with rank 1 on it
+    address = Variable("tuneplat-test-rank-1", client=client).get(timeout=30)[0]
+    assert [r["preempted_nodes"] for r in rows if r["asked"]] == [[{address: [1]}, [address]]]
     assert [(r["world_size"], r["shard"]) for r in rows] == [(2, 12)] * asked[0] + [(1, 24)] * 3
     events = _journal(os.path.dirname(result.path))
     kinds = [e["event"] for e in events]

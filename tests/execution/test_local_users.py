@@ -62,9 +62,8 @@ def test_a_rank_that_never_authenticates_is_a_failure_with_its_cause_and_retried
     with backoff, then fails naming why; the trial is retried as a failure and ends ERROR with that cause, never
     TERMINATED without a result (before: the rank returned 'not started' and the trial ended TERMINATED)."""
     from tuneplat import read_journal
-    from tuneplat.execution import _channel
 
-    monkeypatch.setattr(_channel, "AUTH_TIMEOUT_S", 0.0)
+    monkeypatch.setenv("TUNEPLAT_AUTH_TIMEOUT_S", "0")
     monkeypatch.setenv("TUNEPLAT_START_TIMEOUT_S", "12")  # the rank tries for 3/4 of it
     results = tune.Tuner(
         H.counts, param_space={"x": 0.0, "n": 3},

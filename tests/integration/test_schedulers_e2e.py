@@ -101,7 +101,7 @@ def test_hyperband_pauses_and_resumes_from_checkpoints_without_losing_an_iterati
 
 
 def test_pbt_clones_perturbs_and_resumes_from_the_cloned_checkpoint(dask_client, storage):
-    pbt = PopulationBasedTraining(
+    pbt = PopulationBasedTraining(time_attr="training_iteration",
         perturbation_interval=3, hyperparam_mutations={"h0": [0.0, 0.25, 0.5, 0.75, 1.0], "h1": tune.uniform(0, 1)},
         quantile_fraction=0.25, resample_probability=0.25, seed=0,
     )
@@ -168,7 +168,7 @@ def _schedulers():
         "asha": lambda: ASHAScheduler(max_t=9, grace_period=1, reduction_factor=2),
         "hyperband": lambda: HyperBandScheduler(max_t=9, reduction_factor=3),
         "median": lambda: MedianStoppingRule(time_attr="training_iteration", grace_period=1, min_samples_required=1),
-        "pbt": lambda: PopulationBasedTraining(perturbation_interval=2, hyperparam_mutations={"lr": [0.1, 0.2]},
+        "pbt": lambda: PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": [0.1, 0.2]},
                                                seed=0),
         "optuna_pruner": lambda: OptunaPrunerScheduler(optuna.pruners.MedianPruner(n_startup_trials=1)),
     }

@@ -45,7 +45,7 @@ def hyperband_grid(dask_client, plot_storage):
 def pbt_grid(dask_client, plot_storage):
     from examples.toy import pbt_toy
 
-    pbt = PopulationBasedTraining(perturbation_interval=4, hyperparam_mutations={"lr": tune.loguniform(1e-4, 1.0)},
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=4, hyperparam_mutations={"lr": tune.loguniform(1e-4, 1.0)},
                                   quantile_fraction=0.25, resample_probability=0.25, seed=0)
     return fit(dask_client, plot_storage, pbt_toy, {"lr": tune.grid_search([1e-4, 1e-3, 0.05, 0.3]), "steps": 16},
                "pbt", metric="score", mode="max", scheduler=pbt)

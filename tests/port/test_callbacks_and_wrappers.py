@@ -29,7 +29,7 @@ class Recorder(tune.Callback):
         self.events.append(("restore", trial.trial_id))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        assert trial in trials and trial.last_result is result
+        assert trial in trials and trial.last_result == result  # (a copy: an edit here stays the callback's)
         self.events.append(("result", trial.trial_id, result["training_iteration"], iteration))
 
     def on_trial_save(self, iteration, trials, trial, **info):

@@ -193,3 +193,13 @@ def test_mlflow_example_callback_and_setup(tmp_path):
 @pytest.mark.parametrize("name", ["torch_quickstart"])
 def test_scripts_exist_for_the_main_guard_tests(name):
     assert os.path.isfile(os.path.join(SCRIPTS, f"{name}.py"))
+
+
+@pytest.mark.slow  # long end-to-end (its subjects run in the default lane: tests/train/test_rank_process.py)
+def test_lightning_mlflow_logger_example_logs_once_from_a_script(tmp_path):
+    """Ray's "Lightning with MLflow logger": a module-level `import pytorch_lightning`, Lightning's own MLFlowLogger
+    in a 2-rank TorchTrainer (one run, Ray: 1), a relative CSVLogger in the run folder, and a DataLoader with 2
+    workers over a Dataset class defined in the script."""
+    proc = run_subprocess("lightning_mlflow_logger", tmp_path)
+    assert line(proc, "RUNS") == "['demo-run']"
+    assert line(proc, "CSV_LOGS") == "True False"

@@ -208,11 +208,13 @@ def test_mlflow_logger_callback_aims_the_mirror(tmp_path):
     assert json.dumps  # (module used above)
 
 
-def test_setup_mlflow_logs_into_the_mirrors_run_named_by_the_name_creator(dask_client, storage):
+def test_setup_mlflow_logs_into_the_mirrors_run_named_by_the_name_creator(dask_client, storage, monkeypatch):
     """MLflowLoggerCallback aims the mirror; setup_mlflow in the trial gets the mirror's child run: one run per trial."""
     import mlflow
 
     from tuneplat.air.integrations.mlflow import MLflowLoggerCallback
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{os.path.abspath(storage)}/mlflow.db")  # (MLflow's default)
 
     grid = tune.Tuner(S.logs_to_its_mlflow_run, param_space={"x": tune.grid_search([1.0, 2.0])},
                       tune_config=tune.TuneConfig(trial_name_creator=lambda t: f"run-x{t.config['x']:g}"),

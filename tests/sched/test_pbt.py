@@ -28,7 +28,7 @@ class Domain:
 def _pbt(**kwargs):
     kwargs.setdefault("hyperparam_mutations", {"lr": [0.1, 0.01, 0.001]})
     kwargs.setdefault("perturbation_interval", 2)
-    s = PopulationBasedTraining(metric="loss", mode="min", **kwargs)
+    s = PopulationBasedTraining(time_attr="training_iteration", metric="loss", mode="min", **kwargs)
     s.set_objective(None, None)
     return s
 
@@ -41,7 +41,7 @@ def test_ray_defaults():
     s = PopulationBasedTraining(hyperparam_mutations={"lr": [1, 2]})
     assert (s.time_attr, s.perturbation_interval, s.burn_in_period, s.quantile_fraction,
             s.resample_probability, s.perturbation_factors, s.synch) == (
-        "training_iteration", 60.0, 0.0, 0.25, 0.25, (1.2, 0.8), False)
+        "time_total_s", 60.0, 0.0, 0.25, 0.25, (1.2, 0.8), False)  # Ray's: 60 s of training time
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -96,13 +96,13 @@ class TestMedianSoftContract(SchedulerContract):
 
 class TestPBTContract(SchedulerContract):
     def make_scheduler(self) -> TrialScheduler:
-        return PopulationBasedTraining(perturbation_interval=3, seed=3,
+        return PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=3, seed=3,
                                        hyperparam_mutations={"lr": [0.1, 0.01, 0.001]})
 
 
 class TestPBTSynchContract(SchedulerContract):
     def make_scheduler(self) -> TrialScheduler:
-        return PopulationBasedTraining(perturbation_interval=3, seed=3, synch=True,
+        return PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=3, seed=3, synch=True,
                                        hyperparam_mutations={"lr": [0.1, 0.01, 0.001]})
 
 

@@ -513,3 +513,17 @@ def test_import_tuneplat_does_not_import_optuna():
 def test_suggest_never_finishes_by_itself():
     s = make({"x": uniform(0, 1)}, seed=0)
     assert s.suggest("1") != Searcher.FINISHED
+
+
+def test_study_name_and_storage_keep_the_study_in_the_users_storage(tmp_path):
+    """Ray's OptunaSearch(study_name=, storage=): the study lives there, and a second search adds to it."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    for round_ in range(2):
+        s = OptunaSearch(metric="loss", mode="min", study_name="mine", storage=url, seed=round_)
+        s.set_search_properties(None, None, {"x": uniform(0, 1)}, experiment_dir=str(tmp_path / f"exp{round_}"))
+        for i in range(3):
+            config = s.suggest(f"t{round_}{i}")
+            s.on_trial_complete(f"t{round_}{i}", {"loss": config["x"]})
+    study = optuna.load_study(study_name="mine", storage=url)
+    assert len([t for t in study.trials if t.state == TrialState.COMPLETE]) == 6
+    assert not (tmp_path / "exp0" / "optuna_journal.log").exists()  # (not the experiment folder's journal)

@@ -277,3 +277,17 @@ def test_restore_reproduces_generator_state():
     resumed.restore_trials([{"trial_id": str(i), "config": c, "status": "TERMINATED", "result": {}}
                             for i, c in enumerate(expected[:2])])
     assert run_all(resumed) == expected[2:]
+
+
+def test_constant_grid_search_keeps_the_random_values_across_one_repetitions_grid():
+    """Ray's BasicVariantGenerator(constant_grid_search=True): one draw per repetition, shared by its grid."""
+    space = {"x": uniform(0, 1), "d": grid_search([1, 2, 3])}
+    g = BasicVariantGenerator(constant_grid_search=True, random_state=0)
+    g.set_search_properties("loss", "min", space, num_samples=2)
+    configs = [g.suggest(str(i)) for i in range(6)]
+    assert [c["d"] for c in configs] == [1, 2, 3, 1, 2, 3]
+    assert len({c["x"] for c in configs[:3]}) == 1 and len({c["x"] for c in configs[3:]}) == 1
+    assert configs[0]["x"] != configs[3]["x"]
+    plain = BasicVariantGenerator(random_state=0)
+    plain.set_search_properties("loss", "min", space, num_samples=2)
+    assert len({plain.suggest(str(i))["x"] for i in range(3)}) == 3  # (the default: fresh values per combination)

@@ -285,3 +285,27 @@ def test_an_explicit_sqlite_store_keeps_artifacts_beside_its_database(dask_clien
     assert c.get_experiment_by_name("explicit_sqlite").artifact_location.startswith(f"file://{db_dir}/mlartifacts/")
     assert c.list_artifacts(results[0].mlflow_run_id, "checkpoints")  # curve checkpoints; they were logged there
     assert os.listdir(work) == []
+
+
+def test_mlflow_logger_callback_without_a_uri_logs_to_mlflows_default(dask_client, tmp_path, monkeypatch):
+    """Ray's mlflow_example.py without --tracking-uri: the runs are where the script's own
+    ``mlflow.get_experiment_by_name`` looks (MLflow's default: here sqlite:///mlflow.db in the working directory)."""
+    from tuneplat.air.integrations.mlflow import MLflowLoggerCallback
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    mlflow.set_tracking_uri(None)  # (what a fresh script has)
+    try:
+        default = mlflow.get_tracking_uri()
+        assert "mlflow.db" in default or "mlruns" in default
+        results = tune.Tuner(T.curve, param_space={"x": 1.0}, tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                             run_config=tune.RunConfig(name="default_uri", storage_path=str(tmp_path / "res"),
+                                                       verbose=0, callbacks=[MLflowLoggerCallback(
+                                                           experiment_name="example")]),
+                             client=dask_client).fit()
+        exp = mlflow.get_experiment_by_name("example")  # (as the script does)
+        assert exp is not None
+        runs = mlflow.search_runs([exp.experiment_id], output_format="list")
+        assert results[0].mlflow_run_id in {r.info.run_id for r in runs}
+    finally:
+        mlflow.set_tracking_uri(None)

@@ -67,6 +67,34 @@ def test_plain_parquet_is_read_by_row_group_exact_once_with_equal_batches(dask_c
         lambda d: d.assign(w=d.v * 2))})._sources["train"].kind == "frame"
 
 
+def test_parquet_on_s3_is_read_by_the_ranks_and_a_bad_object_is_named_by_its_url(dask_client, storage, tmp_path, s3,
+                                                                                    s3_endpoint):
+    """A remote store (moto's S3 server, through s3fs as for AWS): a bare dd.read_parquet(url, storage_options=...)
+    is read by the ranks themselves (the filesystem travels to them), every row once; a row group that cannot be
+    read fails the trial naming the s3:// URL."""
+    fs, url = s3
+    total = _write(tmp_path, files=3, rows=60, row_group=25)
+    for name in sorted(os.listdir(tmp_path)):
+        fs.put(str(tmp_path / name), f"{url}/data/{name}")
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing",
+               "client_kwargs": {"region_name": "eu-west-1"}}
+    ddf = dd.read_parquet(f"{url}/data/", storage_options=options)
+    trainer = TorchTrainer(dt.record, train_loop_config={"epochs": 1, "batch_size": 16}, datasets={"train": ddf},
+                           scaling_config=tune.ScalingConfig(num_workers=2), run_config=_rc(storage, "s3"),
+                           client=dask_client)
+    assert trainer._sources["train"].kind == "parquet"
+    _check_exact_once(_seen(trainer.fit(), 1), total)
+
+    bad = tmp_path / "part01.parquet"
+    offset = pq.ParquetFile(bad).metadata.row_group(1).column(0).data_page_offset
+    data = bytearray(bad.read_bytes())
+    data[offset:offset + 64] = b"\xff" * 64
+    fs.pipe(f"{url}/data/part01.parquet", bytes(data))
+    with pytest.raises(TrainingFailedError, match=re.escape(f"reading row group 1 of {url}/data/part01.parquet")):
+        _fit(dt.one_epoch, {"train": dd.read_parquet(f"{url}/data/", storage_options=options)}, storage, "s3bad",
+             dask_client)
+
+
 def test_tensor_text_and_bytes_columns(dask_client, storage, tmp_path):
     """Ray's tensor columns: Parquet lists (fixed or not) and pandas cells holding lists become (B, k) tensors;
     text and bytes stay numpy object arrays (the documented rule); dtypes= per column."""
@@ -150,7 +178,7 @@ def test_a_corrupt_file_is_named_by_its_path_and_row_group(dask_client, storage,
 
 
 def test_a_server_that_never_answers_is_a_timeout_naming_the_url():
-    """An HTTP URL whose server accepts the connection and never answers: TimeoutError after read_timeout_s."""
+    """HTTP URLs whose server accepts the connection and never answers: TimeoutError after read_timeout_s."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -171,6 +199,9 @@ def test_a_server_that_never_answers_is_a_timeout_naming_the_url():
     try:
         with pytest.raises(TimeoutError, match=f"listing {re.escape(url)} did not answer within 1 s.*read_timeout_s"):
             TorchTrainer(dt.record, datasets={"train": url}, dataset_config=DataConfig(read_timeout_s=1))
+        csv = url.replace(".parquet", ".csv")  # CSV goes through Dask, whose read_csv is bounded the same way
+        with pytest.raises(TimeoutError, match=f"reading {re.escape(csv)} did not answer within 1 s"):
+            TorchTrainer(dt.record, datasets={"train": csv}, dataset_config=DataConfig(read_timeout_s=1))
     finally:
         done.set()
         thread.join()
@@ -232,8 +263,12 @@ def test_fit_leaves_nothing_of_its_own_on_a_kept_client(dask_client, storage):
 # ---------------------------------------------------------------------- bounded memory
 @pytest.mark.slow
 def test_each_rank_stays_below_the_documented_bound_over_1_5_gb(tmp_path, storage):
-    """1.5 GB of Parquet (one 100 MB file, hard-linked 15 times) read for one epoch by 2 ranks: each rank's RSS grows
-    by less than the bound docs/data-ingest.md states, (prefetch_partitions + 3) row groups + the batches ahead."""
+    """1.5 GB of Parquet (one 150 MB file, hard-linked 10 times) read for one epoch by 2 ranks: each rank's RSS grows
+    by less than the bound docs/data-ingest.md states: twice (prefetch_partitions + 3) row groups and the batches
+    ahead (the data held, and as much again kept by the allocators for reuse), + 64 MB.
+
+    A small file of the same columns is read first (whole, by each rank): the measured growth is the data held,
+    not what a process's first Parquet read costs once (see measure_epoch)."""
     from cluster_fixtures import local_client
 
     cols, group_rows, groups = 25, 100_000, 10  # float32: a row group is 10 MB decoded, a file 100 MB
@@ -242,15 +277,19 @@ def test_each_rank_stays_below_the_documented_bound_over_1_5_gb(tmp_path, storag
     with pq.ParquetWriter(first, pa.schema([(f"f{j}", pa.float32()) for j in range(cols)]), compression="none") as w:
         for _ in range(groups):
             w.write_table(pa.table({f"f{j}": rng.random(group_rows, dtype=np.float32) for j in range(cols)}))
-    for i in range(1, 15):
+    for i in range(1, 10):
         os.link(first, tmp_path / f"f{i:02d}.parquet")
-    size = 15 * first.stat().st_size
+    size = 10 * first.stat().st_size
     assert size > 1.5e9
+    warm = tmp_path / "warm" / "w.parquet"
+    warm.parent.mkdir()
+    pq.write_table(pq.read_table(first).slice(0, 5000), warm)
     group_bytes = group_rows * cols * 4
-    config = DataConfig()
-    bound = (config.prefetch_partitions + 3) * group_bytes + 1 * 1024 * cols * 4
+    config = DataConfig(datasets_to_split=["train"])
+    bound = 2 * ((config.prefetch_partitions + 3) * group_bytes + 1 * 1024 * cols * 4) + 64 * 2**20
     with local_client(2) as client:
-        trainer = TorchTrainer(dt.measure_epoch, datasets={"train": str(tmp_path)}, dataset_config=config,
+        trainer = TorchTrainer(dt.measure_epoch, datasets={"train": str(tmp_path / "f*.parquet"), "warm": str(warm)},
+                               dataset_config=config,
                                scaling_config=tune.ScalingConfig(num_workers=2), run_config=_rc(storage, "bound"),
                                client=client)
         result = trainer.fit()
@@ -258,7 +297,7 @@ def test_each_rank_stays_below_the_documented_bound_over_1_5_gb(tmp_path, storag
     for r in range(2):
         with open(os.path.join(result.path, f"mem{r}.json"), encoding="utf-8") as f:
             ranks.append(json.load(f))
-    assert sum(m["rows"] for m in ranks) == 15 * groups * group_rows
+    assert sum(m["rows"] for m in ranks) == 10 * groups * group_rows
     growth = [m["peak"] - m["before"] for m in ranks]
     print(f"{size / 1e9:.2f} GB of Parquet; each rank's RSS grew by {[round(g / 1e6) for g in growth]} MB; "
           f"documented bound {bound / 1e6:.0f} MB")

@@ -93,3 +93,23 @@ def test_missing_extra_names_it():
             "except ImportError as e:\n print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "pip install 'tuneplat[lightning]'" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_rank_zero_only_loggers_log_once_and_relative_logs_go_to_the_run_folder(dask_client, storage, tmp_path):
+    # Ray's "Lightning with MLflow logger": Lightning reads the rank from the environment (RANK & co.) when imported,
+    # which the ranks have before the training function is unpickled; a worker process that imported Lightning for
+    # another rank before (here: every worker ran a rank 1) is told its rank now
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/pl-mlflow.db"
+    client = MlflowClient(uri)  # the database made once (every rank's MLFlowLogger opens a client in __init__)
+    dask_client.run(fw.ran_as_rank, 1)
+    result = TorchTrainer(fw.lightning_mlflow_and_csv, train_loop_config={"uri": uri},
+                          scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "pl_mlflow"),
+                          client=dask_client).fit()
+    experiment = client.get_experiment_by_name("demo-project")
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    assert [r.info.run_name for r in runs] == ["demo-run"]  # rank 0's, not one per rank (nor none)
+    assert os.path.isdir(os.path.join(result.path, "logs")), os.listdir(result.path)  # CSVLogger("logs")
+    assert not os.path.exists("logs")

@@ -77,9 +77,33 @@ def test_per_rank_table_and_system_metrics_on_the_mlflow_run(dask_client, tmp_pa
         assert cpu and rss and all(m.value > 10 for m in rss)
 
 
-def test_a_deadlocked_rank_is_named_with_its_function_and_line(dask_client, storage, monkeypatch):
+@pytest.fixture(params=["by_reference", "by_value"])
+def shipped(request):
+    """How the trainables reach the ranks: ``shipped(fn)`` is ``fn`` by reference (an importable module), or a
+    closure over it with its module pickled by value, as a script's functions travel (cloudpickle gives their code
+    the file name ``<dynamic-code>``: the stacks must still name the script's file and line)."""
+    if request.param == "by_reference":
+        yield lambda fn: fn
+        return
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(ot)
+
+    def by_value(fn):
+        def trainable(config):  # (a closure: no pickle by reference reaches it)
+            return fn(config)
+
+        return trainable
+
+    try:
+        yield by_value
+    finally:
+        cloudpickle.unregister_pickle_by_value(ot)
+
+
+def test_a_deadlocked_rank_is_named_with_its_function_and_line(dask_client, storage, monkeypatch, shipped):
     monkeypatch.setenv("TUNEPLAT_REPORT_TIMEOUT_S", "3")
-    grid = tune.Tuner(ot.one_rank_deadlocks, scaling_config=tune.ScalingConfig(num_workers=2),
+    grid = tune.Tuner(shipped(ot.one_rank_deadlocks), scaling_config=tune.ScalingConfig(num_workers=2),
                       run_config=tune.RunConfig(name="dead", storage_path=storage, verbose=0, mlflow=False),
                       client=dask_client).fit()
     error = str(grid[0].error)
@@ -93,8 +117,8 @@ def test_a_deadlocked_rank_is_named_with_its_function_and_line(dask_client, stor
     assert "deadlock_forever" in text and "the rank's training thread" in text
 
 
-def test_tuneplat_stacks_prints_the_stacks_of_a_running_trial(dask_client, storage):
-    tuner = tune.Tuner(ot.waits_for_release, run_config=tune.RunConfig(name="live", storage_path=storage, verbose=0,
+def test_tuneplat_stacks_prints_the_stacks_of_a_running_trial(dask_client, storage, shipped):
+    tuner = tune.Tuner(shipped(ot.waits_for_release), run_config=tune.RunConfig(name="live", storage_path=storage, verbose=0,
                                                                       mlflow=False), client=dask_client)
     box: dict = {}
     runner = threading.Thread(target=lambda: box.setdefault("grid", tuner.fit()), daemon=True)

@@ -197,3 +197,83 @@ def loader_after_crash(config):
         os._exit(1)
     rows = [int(b.sum()) for b in DataLoader(torch.arange(8), batch_size=4, num_workers=1)]
     tune.report({"rows": sum(rows), "pid": os.getpid()})
+
+
+_RANK_KEYS = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE")
+
+
+def _unpickled_here() -> EnvAtUnpickle:
+    return EnvAtUnpickle({k: os.environ.get(k) for k in _RANK_KEYS})
+
+
+class EnvAtUnpickle:
+    """What a module-level import of the user's script sees in a rank: the environment when it is unpickled."""
+
+    def __init__(self, seen: dict | None = None) -> None:
+        self.seen = seen
+
+    def __reduce__(self):
+        return (_unpickled_here, ())
+
+
+def script_like_train_func():
+    """A training function as a user's script ships it: by value (a closure), with a Dataset class of its own.
+
+    Each rank writes ``probe<rank>.json`` to a *relative* path (its working directory): the environment its
+    globals saw while being unpickled, the rows a 2-worker DataLoader over that class read, the start method.
+    """
+    probe = EnvAtUnpickle()
+
+    class Squares(Dataset):  # defined here: pickled by value, not importable by name (as a class in __main__)
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            return torch.tensor(float(i * i))
+
+    def train_func(config: dict) -> None:
+        import multiprocessing
+
+        total = sum(float(b.sum()) for b in DataLoader(Squares(), batch_size=4, num_workers=2))
+        rank = tune.get_context().get_world_rank()
+        with open(f"probe{rank}.json", "w", encoding="utf-8") as f:
+            json.dump({"at_unpickle": probe.seen, "total": total, "start": multiprocessing.get_start_method()}, f)
+        tune.report({"total": total})
+
+    return train_func
+
+
+def _rank0_task_states(dask_scheduler, trial_id: str) -> list[str]:
+    return [ts.state for key, ts in dask_scheduler.tasks.items()
+            if isinstance(key, str) and key.startswith(f"tuneplat-{trial_id}-") and "-r0-" in key]
+
+
+def rank1_uses_the_store_after_rank0_ended(config: dict) -> None:
+    """A group whose function never communicates: rank 0 returns at once; rank 1 uses the rendezvous store (which
+    rank 0 hosts) only once the scheduler says rank 0's task has ended (a slower rank, made deterministic)."""
+    import time
+
+    import torch.distributed as dist
+    from distributed import get_client
+
+    ctx = tune.get_context()
+    if ctx.get_world_rank() == 0:
+        return
+    client = get_client()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # readiness probe of another process's task (bounded)
+        # (rank 0 rendezvoused with this rank, so its task was there: gone, or holding its result, it has ended)
+        if set(client.run_on_scheduler(_rank0_task_states, trial_id=ctx.get_trial_id())) <= {"memory"}:
+            break
+        time.sleep(0.05)
+    else:
+        raise RuntimeError("rank 0's task never ended")
+    store = dist.distributed_c10d._get_default_store()
+    store.set("late", b"still here")
+    assert store.get("late") == b"still here"
+
+
+def threads_of_a_rank(config: dict) -> None:
+    """The thread pools a rank's numeric libraries get (Ray sizes them to the CPUs the rank holds)."""
+    tune.report({"loss": float(config.get("x", 0)), "omp": int(os.environ.get("OMP_NUM_THREADS", "0")),
+                 "mkl": int(os.environ.get("MKL_NUM_THREADS", "0")), "torch_threads": torch.get_num_threads()})

@@ -36,7 +36,13 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     origin = {}
     if os.path.exists(os.path.join(path, ORIGIN_FILE)):
         with open(os.path.join(path, ORIGIN_FILE), encoding="utf-8") as f:
-            origin = json.load(f)
+            try:
+                origin = json.load(f)
+            except ValueError as exc:
+                raise _Fail(f"{os.path.join(path, ORIGIN_FILE)} is damaged (not JSON: {exc}); it only records where "
+                            "the sweep was started: remove it and resume again") from None
+        if not isinstance(origin, dict):
+            origin = {}
     _prepare_imports([d for d in (origin.get("cwd"), origin.get("sweep_dir")) if d and os.path.isdir(d)])
     saved = os.path.join(path, SWEEP_COPY)
     overrides = _run_overrides(args)

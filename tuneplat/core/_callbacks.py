@@ -42,6 +42,11 @@ class ControllerCallback:
 
     def on_checkpoint(self, ctrl: TunerView, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None: ...
 
+    def on_group_report(self, ctrl: TunerView, trial: Any, result: dict[str, Any],
+                        rank_metrics: list[dict[str, Any]]) -> None:
+        """Every rank of the trial's group reported: ``rank_metrics[i]`` is rank ``i``'s metrics (rank 0's is
+        ``result``, with the keys tuneplat adds). Called after :meth:`on_trial_result`."""
+
     def on_trial_superseded(self, ctrl: TunerView, trial: Any, after_iteration: int) -> None: ...
 
     def on_trial_failure(self, ctrl: TunerView, trial: Any, message: str, will_retry: bool) -> None: ...
@@ -104,6 +109,18 @@ class Callbacks:
     def trial_result(self, trial: Any, result: dict[str, Any]) -> None:
         for cb in self.all:
             self._record(cb.on_trial_result(self._view, trial, result))
+
+    @property
+    def wants_group_reports(self) -> bool:
+        """Whether a callback overrides :meth:`ControllerCallback.on_group_report` (else the loop skips it)."""
+        return any(getattr(type(cb), "on_group_report", ControllerCallback.on_group_report)
+                   is not ControllerCallback.on_group_report for cb in self.all)
+
+    def group_report(self, trial: Any, result: dict[str, Any], rank_metrics: list[dict[str, Any]]) -> None:
+        for cb in self.all:
+            hook = getattr(cb, "on_group_report", None)
+            if hook is not None:
+                hook(self._view, trial, result, rank_metrics)
 
     def checkpoint(self, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
         for cb in self.all:

@@ -87,6 +87,9 @@ class Experiment(Event):
     searcher: str | None = None
     resume: bool | None = None
     scaling: dict[str, Any] | None = None
+    #: a restore that resumes (or restarts) the trials that errored too (Tuner.restore's arguments)
+    resume_errored: bool | None = _when_set()
+    restart_errored: bool | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)

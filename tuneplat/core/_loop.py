@@ -62,6 +62,7 @@ from ._callbacks import Callbacks
 from ._commits import COMMIT_POLL_S, CheckpointCommits, TrialFiles
 from ._failure import End, FailurePolicy, RetrySmaller
 from ._journal import Journal, JournalDiskFull, pickle_hex, to_jsonable
+from ._phase import ExperimentPhase
 from ._search import restore_algorithms, set_objective
 from ._shapes import ShapeRefused, TrialShapes
 from ._state import ExperimentState, apply
@@ -94,7 +95,7 @@ class TuneLoop:
                  callbacks: list[Any] | None = None, trials: list[Trial] | None = None, resume: bool = False,
                  syncer: ExperimentSync | None = None, raw_trainable: Any = None,
                  trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = None,
-                 trial_io: Any = None) -> None:
+                 trial_io: Any = None, reopen: Mapping[str, bool] | None = None) -> None:
         self.trainable = trainable
         self.trial_io = trial_io  # each trial's working directory and captured output (execution/_trial_io.py)
         self.raw_trainable = raw_trainable
@@ -120,6 +121,8 @@ class TuneLoop:
         self.min_world_size = scaling_config.min_workers if scaling_config.elastic else None
         self._resize_reasons: dict[str, tuple[int | None, str]] = {}  # trial id -> (old size, why) until it restarts
         self.resume = resume
+        #: a restore's resume_errored/restart_errored (journaled with the experiment event, which reopens the trials)
+        self.reopen = dict(reopen or {})
 
         self.searcher: Searcher = tune_config.search_alg or BasicVariantGenerator()
         self.scheduler: TrialScheduler = tune_config.scheduler or FIFOScheduler()
@@ -127,7 +130,7 @@ class TuneLoop:
         #: the experiment's state: :func:`~tuneplat.core._state.apply` of each event the loop journals is its
         #: only writer (a restore's replay applies the same events), so the loop never assigns a trial field
         self.state = ExperimentState(trials=self.trials, experiment_dir=experiment_dir,
-                                     storage_fs=store.filesystem, trusted=True)
+                                     storage_fs=store.filesystem, trusted=True, strict=True)
         self.by_id: dict[str, Trial] = self.state.by_id
         self._no_retry: set[str] = set()  # trials whose failure a retry cannot fix (a misspelt metric)
         self.view = TunerView(self)  # what callbacks see (read-only)
@@ -139,11 +142,10 @@ class TuneLoop:
         self.searcher_blocked = False
         self.search_finished_told = False
         self.suggested = 0
-        self.stopping = False
-        self.interrupted = False
+        #: where the experiment is (one state machine: see core/_phase.py)
+        self.phase = ExperimentPhase.RUNNING
         self.fail_fast_error: str | None = None
         self.error: BaseException | None = None
-        self.status = "finished"
         self._exp_tag = os.urandom(3).hex()[:5]
         self.stop_rules = StopRules(run_config.stop)
         #: what follows a failed attempt, within FailureConfig's three budgets
@@ -207,7 +209,8 @@ class TuneLoop:
             self._write(ev.Experiment(
                 name=self.experiment_name, metric=self.metric, mode=self.mode, num_samples=self.tc.num_samples,
                 scheduler=to_jsonable(self.scheduler.describe()), searcher=type(self.searcher).__name__,
-                resume=self.resume,
+                resume=self.resume, resume_errored=self.reopen.get("resume_errored") or None,
+                restart_errored=self.reopen.get("restart_errored") or None,
                 scaling={"num_workers": self.world_size, "resources_per_worker": to_jsonable(self.request),
                          **({"min_workers": self.min_world_size} if self.min_world_size is not None else {})}))
             self.hooks.experiment_start()
@@ -215,23 +218,18 @@ class TuneLoop:
                 old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
             self._looping = True
             self._loop()
-            if self.fail_fast_error:
-                self.status = "failed"
         except KeyboardInterrupt:
-            self.interrupted = True
-            self.status = "interrupted"
+            self._move(ExperimentPhase.INTERRUPTED)
             logger.warning("tuneplat: interrupted; ending running trials")
             self._guarded(self._teardown_all, "experiment interrupted")
         except Exception as exc:  # noqa: BLE001 - any error of the tuner ends the experiment as errored
             self.error = exc
-            self.status = "error"
-            self.interrupted = True  # what did not finish stays restorable
+            self._move(ExperimentPhase.ERRORED)  # what did not finish stays restorable
             self._guarded(self._teardown_all, f"the tuner failed: {type(exc).__name__}: {exc}")
         except BaseException as exc:
             # the trial that runs this (nested) experiment ends: the scheduler stopped it (from its report() in a
             # TuneReportCallback), its group was aborted, or it goes back to the queue; end our groups, then unwind
-            self.interrupted = True
-            self.status = "interrupted"
+            self._move(ExperimentPhase.INTERRUPTED)
             self._guarded(self._teardown_all, f"the enclosing trial ended ({type(exc).__name__})")
             raise
         finally:
@@ -245,6 +243,25 @@ class TuneLoop:
                 f"the experiment failed in the tuner: {type(self.error).__name__}: {self.error}. Every trial was "
                 f"ended; finished results are kept, and the experiment can be continued with "
                 f"Tuner.restore({self.experiment_dir!r}, trainable) once the cause is fixed.") from self.error
+
+    @property
+    def stopping(self) -> bool:
+        """No new trial starts (and no failed one is retried): the phase is past RUNNING."""
+        return not self.phase.starts_trials
+
+    @property
+    def interrupted(self) -> bool:
+        """Trials that did not finish go back to the queue, for a restore."""
+        return self.phase.leaves_restorable
+
+    @property
+    def status(self) -> str:
+        """How the experiment ends (``experiment_end``'s status)."""
+        return self.phase.status
+
+    def _move(self, phase: ExperimentPhase) -> None:
+        """The experiment goes to ``phase`` (:class:`~tuneplat.core._phase.InvalidTransition` if it may not)."""
+        self.phase = self.phase.to(phase)
 
     def _guarded(self, fn: Any, *args: Any) -> None:
         """Run a clean-up step; its own failure is logged, never raised over the first error."""
@@ -298,7 +315,8 @@ class TuneLoop:
                 journal.close()
             except JournalDiskFull as exc:  # its disk stayed full: the experiment ends with that error, resumable
                 if self.error is None:
-                    self.error, self.status, self.interrupted = exc, "error", True
+                    self.error = exc
+                    self._move(ExperimentPhase.ERRORED)
             except Exception:  # noqa: BLE001
                 logger.warning("tuneplat: closing the journal failed", exc_info=True)
         self._guarded(self.searcher.close)
@@ -427,7 +445,7 @@ class TuneLoop:
 
     def _stop_everything(self, reason: str) -> None:
         """Stop running trials at their next report (or abort them after a grace); end queued ones."""
-        self.stopping = True
+        self._move(ExperimentPhase.STOPPING)
         now = self.executor.now()
         for tid, run in self.running.items():
             run.stop_requested = Decision.STOP
@@ -454,8 +472,7 @@ class TuneLoop:
         """No worker can take a trial and nothing runs that could free one: end, saying why."""
         self.reporter.say(f"tuneplat: {message}; ending the experiment (restorable)")
         self._write(ev.Starved(message=message))
-        self.stopping = True
-        self.interrupted = True  # what did not run stays restorable
+        self._move(ExperimentPhase.FAILING)  # what did not run stays restorable
         self.fail_fast_error = message
         # a trial that ran and waits to be placed again (its worker or host was lost and not replaced): it
         # failed, for this reason; not PENDING as if it had never started
@@ -659,7 +676,8 @@ class TuneLoop:
         old = old if old is not None else previous
         if self.min_world_size is None or old is None or size == old:
             return
-        message = f"resized from {old} to {size} ranks" + (f": {why}" if why else "")
+        why = why or f"{size} rank(s) fit the cluster when the trial started again"
+        message = f"resized from {old} to {size} ranks: {why}"
         self._write(ev.Resize(trial_id=trial.trial_id, from_world_size=old, to_world_size=size,
                                       iteration=start_iteration, reason=why, message=message))
         self.reporter.event(f"trial {trial.trial_id} {message}")
@@ -737,9 +755,19 @@ class TuneLoop:
             self._write(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
         # Ray's order: the scheduler decides, then the searcher hears the result, then the callbacks get a copy of
         # it (an edit there changes neither the decision, the searcher's input, the journal nor the best trial)
-        decision, reason, pruned = self.actions.decide(trial, run, result)
+        try:
+            decision, reason, pruned = self.actions.decide(trial, run, result)
+        except TypeError as exc:  # e.g. a non-numeric time_attr value: this trial fails (not the experiment)
+            self._no_retry.add(trial.trial_id)  # (its next result would fail the same way)
+            self.executor.fail(trial.trial_id, f"TypeError: {exc}")
+            return
         self.searcher.on_trial_result(trial.trial_id, result)
-        self.hooks.trial_result(trial, _copy_result(result))
+        seen = _copy_result(result)
+        self.hooks.trial_result(trial, seen)
+        if self.hooks.wants_group_reports:  # (Ray V2's UserCallback: every rank's metrics)
+            others = (event.rank_metrics or [None])[1:]
+            self.hooks.group_report(trial, _copy_result(result),
+                                    [_copy_result(result), *(_copy_result(m) if m else {} for m in others)])
         if decision is not Decision.CONTINUE:
             run.decision = decision
             run.abort_at = None
@@ -748,7 +776,13 @@ class TuneLoop:
                 # cut short by the scheduler (not its max_t, not a stop rule)?
                 pruned=pruned if decision is Decision.STOP else None))
             self.reporter.event(f"trial {trial.trial_id}: {decision.value} at iteration {iteration} ({reason})")
-        save = bool(result.get("should_checkpoint")) if isinstance(result, dict) else False
+        # a callback may still ask for a checkpoint of this step (Ray's result[SHOULD_CHECKPOINT] = True in
+        # on_trial_result: its custom_checkpointing_with_callback example); that key of its copy is read back
+        save = bool(result.get("should_checkpoint") or seen.get("should_checkpoint"))
+        if event.staged and path is not None:
+            # a checkpoint is durable once report() returns (as in Ray): its journal line is on disk before the
+            # answer, so a driver killed now resumes from it (job-level restarts, Tuner.restore)
+            self.journal.sync(force=True)
         self.executor.answer(trial.trial_id, decision, save=save)
 
     # ------------------------------------------------------------------ trial end
@@ -760,14 +794,17 @@ class TuneLoop:
         self.trial_files.close(trial.trial_id)
         if self.min_world_size is not None and event.outcome in (Outcome.RESIZED, Outcome.FAILED):
             self._resize_reasons[trial.trial_id] = (event.world_size, event.message or "")
+        elif self.min_world_size is not None and event.outcome is Outcome.NOT_STARTED:
+            # that attempt never ran: the next one's size is compared with it, and says why it differs
+            self._resize_reasons[trial.trial_id] = (
+                event.world_size, f"the attempt with {event.world_size or '?'} rank(s) never started ("
+                                  f"{event.message or 'a worker was lost before the trial started'})")
         stop_reason = trial.stop_reason or (run.stop_reason if run is not None else None)
         if event.outcome is Outcome.RESIZED and event.preempted:
             self._write(ev.TrialPreempted(trial_id=trial.trial_id, message=event.message))
-            if self.failure_policy.over_preemption_budget(trial) and not self.stopping:
-                budget = self.failure_policy.config.max_preemption_failures
-                self._end_trial(trial, TrialStatus.ERROR, error=(
-                    f"preempted {trial.num_preemptions} times, more than "
-                    f"FailureConfig(max_preemption_failures={budget}): {event.message}"))
+            preempted = self.failure_policy.preempted(trial, event.message)
+            if isinstance(preempted, End) and not self.stopping:
+                self._end_trial(trial, TrialStatus.ERROR, error=preempted.error)
                 self.actions.trial_ended(trial.trial_id)
                 return
         if event.outcome is Outcome.RESIZED and not self.stopping and decision is None:
@@ -781,9 +818,8 @@ class TuneLoop:
         elif event.outcome is Outcome.RESIZED:
             self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=f"elastic resize: {event.message}"))
         elif event.outcome is Outcome.NOT_STARTED and not self.stopping:
-            self._write(ev.TrialRequeued(
-                trial_id=trial.trial_id, reason=event.message or "a worker was lost before the trial started",
-                not_started=True))
+            requeue = self.failure_policy.lost_start(event.message)
+            self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=requeue.reason, not_started=True))
             self.queue.appendleft(trial)
         elif (event.outcome is Outcome.FAILED and (not self.interrupted or trial.trial_id in self._no_retry)
               and decision is None):
@@ -842,8 +878,7 @@ class TuneLoop:
         """End the experiment because of one trial's failure; the others stay restorable."""
         self.fail_fast_error = message
         self.reporter.say(f"tuneplat: {prefix}{message.rstrip('. ')}; ending the experiment")
-        self.stopping = True
-        self.interrupted = True  # leave the others restorable
+        self._move(ExperimentPhase.FAILING)  # leave the others restorable
         while self.queue:  # (restorable: they stay PENDING)
             self.queue.popleft()
         for tid in list(self.running):
@@ -852,8 +887,8 @@ class TuneLoop:
     def _write(self, event: ev.Event) -> None:
         """Journal ``event``, then apply it to the state: the one writer (the loop's helpers record through it)."""
         assert self.journal is not None
-        if event.time is None:
-            event = dataclasses.replace(event, time=time.time())
+        if event.time is None:  # (stamped once, on the event the loop just built, before anything reads it)
+            object.__setattr__(event, "time", time.time())
         self.journal.append(event)
         apply(self.state, event)
 
@@ -898,8 +933,8 @@ class TuneLoop:
 
     def _teardown_all(self, reason: str) -> None:
         """End every running group (Ctrl-C, SIGTERM, an error in the loop) and wait for them."""
-        self.stopping = True
-        self.interrupted = True
+        if not self.phase.leaves_restorable:
+            self._move(ExperimentPhase.INTERRUPTED)
         for event in self.executor.teardown(reason):
             if isinstance(event, Ended):
                 self._guarded(self._on_ended, event)

@@ -25,8 +25,9 @@ from ._state import (
     TrialEnded,
     TrialHistory,
     apply,
+    reopen_trials,
 )
-from ._trial import Trial, TrialStatus
+from ._trial import Trial, state_writer
 
 __all__ = ["DecisionMade", "ExperimentState", "ExploitMade", "FailureSeen", "Moment", "ResultsSuperseded", "Span",
            "TrialEnded", "TrialHistory", "TunerStateError", "load_state", "load_trials", "load_tuner_state", "prepare_resume", "replay", "restore_problem", "save_tuner_state",
@@ -195,10 +196,11 @@ def replay(events: Iterable[dict[str, Any]], experiment_dir: str, *, storage_fs:
     for running_id, start in state.running_since.items():  # still running (a live experiment, or the tuner died)
         if start is not None:
             state.history[running_id].spans.append(Span(start, None, "running"))
-    for t in state.trials:
-        if check_files:
-            _drop_missing_checkpoints(t)
-        _recover_result_of_last_checkpoint(t)
+    with state_writer():  # (what the files say: not events)
+        for t in state.trials:
+            if check_files:
+                _drop_missing_checkpoints(t)
+            _recover_result_of_last_checkpoint(t)
     return state
 
 
@@ -248,17 +250,8 @@ def _drop_missing_checkpoints(trial: Trial) -> None:
 def prepare_resume(experiment_dir: str, *, resume_errored: bool = False, restart_errored: bool = False,
                    storage_fs: Any = None) -> list[Trial]:
     """Trials ready for a resumed run: unfinished ones PENDING (they resume from their checkpoint)."""
-    trials, _ = load_trials(experiment_dir, storage_fs, trusted=True)  # a restore: the user's own folder
-    for t in trials:
-        if t.status in (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING) or t.resumable:
-            t.status = TrialStatus.PENDING
-            t.resumable = False
-            t.stop_reason = None
-        elif t.status == TrialStatus.ERROR and (resume_errored or restart_errored):
-            t.status = TrialStatus.PENDING
-            t.num_failures = 0
-            t.error = t.error_traceback = None
-            if restart_errored:
-                t.checkpoints = []
-    return trials
+    state = load_state(experiment_dir, storage_fs, trusted=True)  # a restore: the user's own folder
+    # (what the resumed run's "experiment" event does to the state when it is applied: the same function)
+    reopen_trials(state, resume_errored=resume_errored, restart_errored=restart_errored)
+    return state.trials
 

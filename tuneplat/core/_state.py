@@ -27,7 +27,8 @@ from typing import Any
 from ..storage._checkpoint import Checkpoint
 from ..storage._storage import fs_for_url, is_remote
 from . import _events as ev
-from ._trial import Trial, TrialStatus
+from ._phase import check_move
+from ._trial import Trial, TrialStatus, state_writer
 
 __all__ = ["DecisionMade", "ExperimentState", "ExploitMade", "FailureSeen", "Moment", "ResultsSuperseded", "Span",
            "TrialEnded", "TrialHistory", "apply"]
@@ -153,6 +154,8 @@ class ExperimentState:
     storage_fs: Any = field(default=None, repr=False, compare=False)
     trusted: bool = field(default=False, repr=False)
     seq: int = field(default=0, repr=False)
+    #: an invalid status move raises (the live loop); a replay applies it anyway (a journal an older version wrote)
+    strict: bool = field(default=False, repr=False)
     #: trial id -> start time of its attempt that runs (None: its start was not timed)
     running_since: dict[str, float | None] = field(default_factory=dict, repr=False)
     #: trial id -> the iteration where it sits paused
@@ -162,6 +165,7 @@ class ExperimentState:
         for t in self.trials:
             self.by_id.setdefault(t.trial_id, t)
             self.history.setdefault(t.trial_id, TrialHistory(first_config=dict(t.config)))
+            t.seal()
 
 
 def apply(state: ExperimentState, event: ev.Event) -> ExperimentState:
@@ -173,18 +177,21 @@ def apply(state: ExperimentState, event: ev.Event) -> ExperimentState:
     """
     handler = _HANDLERS.get(type(event))
     if handler is not None:
-        if isinstance(event, ev.TrialEvent) and not isinstance(event, ev.TrialAdd):
-            trial = state.by_id.get(event.trial_id)
-            if trial is not None:
-                handler(state, trial, event)
-        else:
-            handler(state, None, event)
+        with state_writer():
+            if isinstance(event, ev.TrialEvent) and not isinstance(event, ev.TrialAdd):
+                trial = state.by_id.get(event.trial_id)
+                if trial is not None:
+                    handler(state, trial, event)
+            else:
+                handler(state, None, event)
     state.seq += 1
     return state
 
 
 # ---------------------------------------------------------------------------- experiment events
 def _experiment(state: ExperimentState, _t: Any, e: ev.Experiment) -> None:
+    if e.resume:  # a restored run: what did not finish goes back to the queue (see reopen_trials)
+        reopen_trials(state, resume_errored=bool(e.resume_errored), restart_errored=bool(e.restart_errored))
     resizes = state.meta.get("resizes")
     state.meta = {"name": e.name, "metric": e.metric, "mode": e.mode, "num_samples": e.num_samples,
                   "scaling": e.scaling}
@@ -216,6 +223,7 @@ def _trial_add(state: ExperimentState, _t: Any, e: ev.TrialAdd) -> None:
                   trainable_name=e.trainable_name or "")
     if e.trial_id in state.by_id:  # (a journal that adds a trial twice: the later one counts)
         state.trials[:] = [t for t in state.trials if t.trial_id != e.trial_id]
+    trial.seal()
     state.trials.append(trial)
     state.by_id[e.trial_id] = trial
     state.history[e.trial_id] = TrialHistory(first_config=dict(e.config or {}))
@@ -224,7 +232,7 @@ def _trial_add(state: ExperimentState, _t: Any, e: ev.TrialAdd) -> None:
 # ---------------------------------------------------------------------------- trial events
 def _trial_start(state: ExperimentState, t: Trial, e: ev.TrialStart) -> None:
     t.attempts = max(t.attempts, int(e.attempt or 0) + 1)
-    t.status = TrialStatus.RUNNING
+    _move(state, t, TrialStatus.RUNNING)
     t.pending_decision = None
     t.restart_iteration = None
     t.world_size = len(e.workers or ()) or t.world_size
@@ -265,9 +273,10 @@ def _checkpoint(state: ExperimentState, t: Trial, e: ev.CheckpointSaved) -> None
         if not os.path.isdir(path):
             path = os.path.join(t.path, os.path.basename(path))
         ckpt = Checkpoint(path)
-    # a retry reaching the same iteration, or a PBT clone, replaces the checkpoint of that folder
-    name = os.path.basename(path)
-    t.checkpoints = [p for p in t.checkpoints if os.path.basename(p[0].path) != name]
+    # a retry reaching the same iteration, or a PBT clone, replaces the checkpoint of that folder (the trial's
+    # checkpoints all sit in its folder, as rewritten above: comparing whole paths is comparing folder names)
+    if any(p[0].path == ckpt.path for p in t.checkpoints):
+        t.checkpoints = [p for p in t.checkpoints if p[0].path != ckpt.path]
     t.checkpoints.append((ckpt, dict(e.metrics or {})))
     if e.cloned_from is not None:
         t.restart_iteration = e.cloned_iteration if e.cloned_iteration is not None else e.iteration
@@ -290,17 +299,17 @@ def _decision(state: ExperimentState, t: Trial, e: ev.Decision) -> None:
 
 
 def _paused(state: ExperimentState, t: Trial, e: ev.TrialPaused) -> None:
-    t.status = TrialStatus.PAUSED
+    _move(state, t, TrialStatus.PAUSED)
     state.paused_at[t.trial_id] = int(e.iteration or t.iteration)
     _close_span(state, t.trial_id, e.time, "paused")
 
 
 def _resume(state: ExperimentState, t: Trial, e: ev.TrialResume) -> None:
-    t.status = TrialStatus.PENDING
+    _move(state, t, TrialStatus.PENDING)
 
 
 def _requeued(state: ExperimentState, t: Trial, e: ev.TrialRequeued) -> None:
-    t.status = TrialStatus.PENDING
+    _move(state, t, TrialStatus.PENDING)
     if e.not_started:  # its attempt never ran user code: it does not count
         t.attempts = max(0, t.attempts - 1)
     state.running_since.pop(t.trial_id, None)
@@ -311,7 +320,7 @@ def _failure(state: ExperimentState, t: Trial, e: ev.TrialFailure) -> None:
     if e.failure_kind is not None:
         t.error_kind = e.failure_kind
     if e.retry:
-        t.status = TrialStatus.PENDING
+        _move(state, t, TrialStatus.PENDING)
     _close_span(state, t.trial_id, e.time, "failed")
     state.history[t.trial_id].failures.append(FailureSeen(
         seq=state.seq, time=e.time, iteration=t.iteration, results=len(t.results), message=str(e.message or ""),
@@ -338,7 +347,7 @@ def _exploit(state: ExperimentState, t: Trial, e: ev.Exploit) -> None:
                                                                            state.trusted)
     t.lineage.append({k: v for k, v in e.to_json().items() if k not in ("event", "config_pickle", "time")})
     if t.status is TrialStatus.PAUSED:  # a paused trial that exploits goes back to the queue
-        t.status = TrialStatus.PENDING
+        _move(state, t, TrialStatus.PENDING)
         state.paused_at.pop(t.trial_id, None)
 
 
@@ -347,7 +356,7 @@ def _mlflow_run(state: ExperimentState, t: Trial, e: ev.MlflowRun) -> None:
 
 
 def _trial_end(state: ExperimentState, t: Trial, e: ev.TrialEnd) -> None:
-    t.status = TrialStatus(e.status)
+    _move(state, t, TrialStatus(e.status))
     t.error = e.error
     t.error_traceback = e.traceback
     if e.error_kind is not None or t.status is TrialStatus.ERROR:
@@ -374,6 +383,40 @@ _HANDLERS: dict[type[ev.Event], Callable[[ExperimentState, Any, Any], None]] = {
 
 
 # ---------------------------------------------------------------------------- helpers
+def _move(state: ExperimentState, t: Trial, new: TrialStatus) -> None:
+    """The trial's status becomes ``new`` (checked against the transition table when ``state.strict``)."""
+    if state.strict:
+        check_move(t.trial_id, t.status, new)
+    t.status = new
+
+
+def reopen_trials(state: ExperimentState, *, resume_errored: bool = False, restart_errored: bool = False) -> None:
+    """A restore: trials that did not finish (and, if asked, those that errored) are PENDING again.
+
+    Unfinished ones resume from their checkpoint; ``resume_errored`` resumes errored
+    ones too (their failures forgotten), ``restart_errored`` restarts them from scratch
+    (their checkpoints forgotten). The one move out of a final status, and only here.
+    """
+    with state_writer():
+        _reopen(state, resume_errored, restart_errored)
+
+
+def _reopen(state: ExperimentState, resume_errored: bool, restart_errored: bool) -> None:
+    for t in state.trials:
+        if t.status in (TrialStatus.RUNNING, TrialStatus.PAUSED, TrialStatus.PENDING) or t.resumable:
+            t.status = TrialStatus.PENDING
+            t.resumable = False
+            t.stop_reason = None
+        elif t.status == TrialStatus.ERROR and (resume_errored or restart_errored):
+            t.status = TrialStatus.PENDING
+            t.num_failures = 0
+            t.error = t.error_traceback = None
+            if restart_errored:
+                t.checkpoints = []
+    state.running_since.clear()
+    state.paused_at.clear()
+
+
 def _close_span(state: ExperimentState, tid: str, when: float | None, how: str) -> None:
     if tid in state.running_since:
         start = state.running_since.pop(tid)

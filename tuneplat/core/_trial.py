@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -10,7 +12,23 @@ from schedulers import Decision
 
 from ..storage._checkpoint import Checkpoint
 
-__all__ = ["RunState", "Trial", "TrialStatus"]
+__all__ = ["ReadOnlyTrial", "RunState", "Trial", "TrialStatus", "state_writer"]
+
+_writers = [0]  # > 0 while the experiment's reducer (or a restore's file checks) writes trials
+
+
+@contextlib.contextmanager
+def state_writer() -> Iterator[None]:
+    """Trials of an experiment's state may be written inside this block (the reducer's, and only its)."""
+    _writers[0] += 1
+    try:
+        yield
+    finally:
+        _writers[0] -= 1
+
+
+class ReadOnlyTrial(AttributeError):
+    """A trial of an experiment's state was assigned outside its reducer (a callback, or a bug in the loop)."""
 
 
 class TrialStatus(str, enum.Enum):
@@ -88,6 +106,17 @@ class Trial:
 
     def __repr__(self) -> str:
         return f"Trial({self.name!r}, status={self.status.value})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a trial of an experiment's state changes only through its reducer (core/_state.apply of a journal event)
+        if not _writers[0] and self.__dict__.get("_sealed"):
+            raise ReadOnlyTrial(f"trial {self.trial_id} is read-only ({name} = {value!r}): an experiment's trials "
+                                "change only through journal events (tuneplat/core/_state.py)")
+        object.__setattr__(self, name, value)
+
+    def seal(self) -> None:
+        """From now on only the reducer writes this trial (it joined an experiment's state)."""
+        object.__setattr__(self, "_sealed", True)
 
     @property
     def local_path(self) -> str:

@@ -78,6 +78,11 @@ class TunerView:
         return self._loop.rc
 
     @property
+    def scaling_config(self) -> Any:
+        """The experiment's :class:`tuneplat.ScalingConfig` (per-trial resources may differ: ``with_resources``)."""
+        return self._loop.sc
+
+    @property
     def searcher(self) -> Any:
         return self._loop.searcher
 

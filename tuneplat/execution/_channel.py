@@ -17,7 +17,7 @@ serves with the client's certificate, ranks connect with their worker's, and
 each side verifies the other against the cluster's CA.
 
 Before a peer has authenticated, the listener bounds what it can cost: frames
-of at most :data:`PREAUTH_MAX_FRAME` bytes, :data:`AUTH_TIMEOUT_S` to finish
+of at most :data:`PREAUTH_MAX_FRAME` bytes, :func:`auth_timeout_s` to finish
 (TLS handshake included), at most :data:`MAX_PENDING` such connections *per
 source* (the local socket is one source, each TCP peer address another: a new
 connection sheds the oldest pending one of its own source, never another
@@ -58,8 +58,8 @@ from ._wire import max_report_bytes, sendall
 
 __all__ = [
     "ACCEPT_BATCH",
-    "AUTH_TIMEOUT_S",
     "MAX_PENDING",
+    "OTHER_USER",
     "PREAUTH_MAX_FRAME",
     "REFUSED",
     "AuthError",
@@ -84,8 +84,10 @@ SECRET_BYTES = 16
 NONCE_BYTES = 16
 #: the largest frame a peer may send before it has authenticated (the three handshake frames are 32-48 bytes)
 PREAUTH_MAX_FRAME = 256
-#: seconds a peer has to complete the TLS handshake and the token exchange
-AUTH_TIMEOUT_S = env_seconds("TUNEPLAT_AUTH_TIMEOUT_S", 10)
+def auth_timeout_s() -> float:
+    """Seconds a peer has to complete the TLS handshake and the token exchange (``TUNEPLAT_AUTH_TIMEOUT_S``)."""
+    return env_seconds("TUNEPLAT_AUTH_TIMEOUT_S", 10)
+
 #: connections from one source (the local socket, or one TCP peer address) that have not authenticated yet, at
 #: most (the source's oldest is dropped for a new one)
 MAX_PENDING = 64
@@ -95,6 +97,8 @@ MAX_PENDING_TOTAL = 256
 ACCEPT_BATCH = 64
 #: the tuner's answer to a token it does not know (the trial has ended or never was)
 REFUSED = b"GONE"
+#: the local socket's answer to a process of another user (sent without reading anything from it)
+OTHER_USER = b"USER"
 #: how long the listener stops accepting when the process is out of descriptors and nothing can be shed
 _EMFILE_PAUSE_S = 0.5
 
@@ -117,6 +121,10 @@ class TunerUnreachable(ConnectionError):
 
 class HandshakeLost(ConnectionError):
     """The connection closed (or stalled) before authentication finished; trying again may succeed."""
+
+
+class OtherUser(HandshakeLost):
+    """The tuner's local socket serves only the tuner's own uid; a rank running as another user uses TCP."""
 
 
 class HandshakeFailed(ConnectionError):
@@ -221,7 +229,10 @@ def connect(address: tuple[str, int], token: bytes, ssl_context: ssl.SSLContext 
     host, port = address
     near = _connect_local(local, timeout)
     if near is not None:
-        return _authenticate(near, token, f"the tuner's local socket @{local}", where)
+        try:
+            return _authenticate(near, token, f"the tuner's local socket @{local}", where)
+        except OtherUser:  # this rank runs as another user than the tuner: the TCP port (TLS) serves it
+            pass
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
@@ -296,7 +307,11 @@ def _authenticate(sock: socket.socket, token: bytes, peer: str, where: str) -> s
     try:
         nonce_r = secrets.token_bytes(NONCE_BYTES)
         tid, secret = token[:ID_BYTES], token[ID_BYTES:]
-        _send_raw(sock, MAGIC + tid + nonce_r)
+        try:
+            _send_raw(sock, MAGIC + tid + nonce_r)
+            sent: OSError | None = None
+        except OSError as exc:  # closed already: what it said before closing (if anything) is still to be read
+            sent = exc
         try:
             reply = _recv_raw(sock)
         except AuthError:
@@ -306,6 +321,11 @@ def _authenticate(sock: socket.socket, token: bytes, peer: str, where: str) -> s
                                 f"{exc})") from None
         if reply == REFUSED:
             raise TokenRefused(f"{peer} refused this rank's token: the trial has ended")
+        if reply == OTHER_USER:
+            raise OtherUser(f"{peer} takes connections from the tuner's own user only")
+        if sent is not None:
+            raise HandshakeLost(f"the connection to {peer} was lost before authenticating ({type(sent).__name__}: "
+                                f"{sent})")
         nonce_t, proof = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
         if len(nonce_t) != NONCE_BYTES or not hmac.compare_digest(proof, _mac(secret, b"tuner", nonce_r, nonce_t)):
             raise AuthError(f"the process answering as {peer} is not the tuner that started this trial "
@@ -337,7 +357,7 @@ class Conn:
         self.handshaken = not tls
         self.state = 0  # 0: expects the token id, 1: expects the rank's proof, 2: authenticated
         self.opened = time.monotonic()
-        self.deadline = self.opened + AUTH_TIMEOUT_S
+        self.deadline = self.opened + auth_timeout_s()
         self.secret = b""
         self.nonce_r = b""
         self.nonce_t = b""
@@ -422,7 +442,11 @@ class Listener:
                 return
             if not tcp and not self._same_user(sock):
                 self.refused_uid += 1
-                sock.close()  # another user: not a byte of it is read
+                try:  # not a byte of it is read; a rank of the user's running as another uid goes to TCP
+                    sock.send(_LEN.pack(len(OTHER_USER)) + OTHER_USER)
+                except OSError:
+                    pass
+                sock.close()
                 continue
             tls = tcp and self.ssl_context is not None
             source = addr[0] if tcp and isinstance(addr, tuple) else "local"

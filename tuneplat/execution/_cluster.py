@@ -19,7 +19,7 @@ from .._settings import env_seconds, env_str
 from ._channel import TunerUnreachable
 from ._errors import PlacementError
 from ._placement import Assignment, Ledger, Slot
-from ._runner import CONNECT_TIMEOUT_S, channel_client_context
+from ._runner import channel_client_context, connect_timeout_s
 
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
 
@@ -688,7 +688,7 @@ def _probe_tuner(address: tuple[str, int], tls: bool, dask_worker: Any = None) -
     where = f"{address[0]}:{address[1]}"
     host = socket.gethostname()
     try:
-        raw = socket.create_connection(address, timeout=min(CONNECT_TIMEOUT_S, 5.0))
+        raw = socket.create_connection(address, timeout=min(connect_timeout_s(), 5.0))
     except OSError as exc:
         return f"{host} cannot connect to the tuner at {where}: {type(exc).__name__}: {exc}"
     try:

@@ -50,6 +50,7 @@ from ._leases import _Leases
 from ._observe import WorkerBoard
 from ._placement import Assignment, _LeasedLedger
 from ._runner import run_rank
+from ._shipping import ship
 from ._watchdog import _Watchdog
 
 __all__ = ["DaskTrialExecutor"]
@@ -104,6 +105,11 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         bind = getattr(self.trainable, "_tuneplat_bind", None)
         if bind is not None:  # tune.with_parameters: its objects go to the cluster once, not with every task
             self.trainable, self._deps = bind(self.cluster.client)
+        # the bound trainable holds what bind persisted (a trainer's datasets: Dask futures): kept until
+        # _release_futures, or the futures are dropped with it and the ranks' reads fail with "lost dependencies"
+        self._bound = self.trainable
+        # as bytes: each rank unpickles it once its RANK & co. are set (_shipping.py), keeping its file names
+        self.trainable = ship(self.trainable)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -274,6 +280,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
                 channel_tls=self.channel_tls, trial_io=ctx.trial_io, elastic=group.elastic,
                 system_metrics_s=self.system_metrics_s,
                 rank_hosts=[x.host for x in placement],
+                cpus=float((reservation.request or ctx.request).get("CPU", 1.0)),
                 tuner_local=self._listener.local_name if self._listener is not None else None,
             )
             if runner is not None:
@@ -306,7 +313,12 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         if group.preempted is not None:
             # "checkpoint now": class trainables save at once (save=True); function trainables see
             # should_checkpoint() / get_preemption_info() and pass a checkpoint to their next report
-            reply = proto.Answer(decision, True, {"ranks": list(group.preempted_ranks), "reason": group.preempted})
+            nodes: dict[str, list[int]] = {}
+            for r in group.ranks:  # (get_preemption_info().preempted_node_to_ranks: a node is a Dask worker)
+                if r.index in group.preempted_ranks:
+                    nodes.setdefault(r.assignment.address, []).append(r.index)
+            reply = proto.Answer(decision, True, {"ranks": list(group.preempted_ranks), "reason": group.preempted,
+                                                  "nodes": nodes})
         for r in group.ranks:
             self._send(r, reply)
 
@@ -452,7 +464,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         """
         futures = list(self._deps)
         self._deps = ()
-        release_bound = getattr(self.trainable, "_tuneplat_release", None)
+        release_bound = getattr(getattr(self, "_bound", None), "_tuneplat_release", None)
         if release_bound is not None:  # what the trainable's bind persisted (TorchTrainer's datasets)
             try:
                 release_bound()

@@ -25,7 +25,7 @@ from ._failure import Failure
 from ._observe import WorkerBoard
 from ._placement import Assignment, Ledger
 
-__all__ = ["TASK_LOST_GRACE_S", "_DaskState", "_Group", "_LeaseAsk", "_Rank", "_Reservation"]
+__all__ = ["_DaskState", "_Group", "_LeaseAsk", "_Rank", "_Reservation"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -110,9 +110,6 @@ class _Reservation:
     leased: int = 0  # this many ranks are placed at start() by the enclosing trial's tuner (see _LeasedLedger)
 
 
-#: an elastic rank whose Dask task was declared lost while its connection lives: how long a preemption notice
-#: may take to come before the rank counts as lost (its worker is closing: the rank sees it within 0.1 s)
-TASK_LOST_GRACE_S = env_seconds("TUNEPLAT_TASK_LOST_GRACE_S", 2)
 
 
 class _DaskState(TrialExecutor):
@@ -143,6 +140,9 @@ class _DaskState(TrialExecutor):
         self.abort_grace_s = env_seconds("TUNEPLAT_ABORT_GRACE_S", 15)
         # a rank that has not reached report() this long after another rank of its group did is hung (a deadlock)
         self.report_timeout_s = env_seconds("TUNEPLAT_REPORT_TIMEOUT_S", 1800)
+        # an elastic rank whose Dask task was declared lost while its connection lives: how long a preemption notice
+        # may take to come before the rank counts as lost (its worker is closing: the rank sees it within 0.1 s)
+        self.task_lost_grace_s = env_seconds("TUNEPLAT_TASK_LOST_GRACE_S", 2)
         self.system_metrics_s = system_metrics_period()
         self.board: WorkerBoard | None = None
         self.starve_timeout_s = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)

@@ -122,6 +122,8 @@ class Reported:
     iteration: int
     result: dict[str, Any]
     staged: bool = False  # the ranks staged a checkpoint of this iteration: commit it
+    #: every rank's reported metrics by rank (rank 0's is ``result``); None where an executor does not send them
+    rank_metrics: list[dict[str, Any] | None] | None = None
 
 
 @dataclass(frozen=True)

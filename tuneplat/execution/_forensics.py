@@ -159,11 +159,18 @@ def _local_oom_evidence(baseline: dict[str, Any] | None, pid: int) -> str | None
 
 
 def _pid_gone(pid: int) -> bool:
+    """Whether process ``pid`` of this host is gone or a zombie (its ``/proc`` state; else whether it answers)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except (OSError, IndexError):
-        return True
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
 
 
 def _why(error: BaseException) -> str:
@@ -186,15 +193,4 @@ def _process_gone(rank: Any) -> bool:
     On another host nothing is known here: False (the scheduler's view of that worker decides)."""
     if not rank.pid or rank.hostname != socket.gethostname():
         return False
-    try:
-        with open(f"/proc/{rank.pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state in ("Z", "X")
-    except (OSError, IndexError):
-        try:
-            os.kill(rank.pid, 0)
-        except ProcessLookupError:
-            return True
-        except OSError:
-            return False
-        return False
+    return _pid_gone(rank.pid)

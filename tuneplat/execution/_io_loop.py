@@ -210,7 +210,8 @@ class _IOLoop(_DaskState):
                 group.waiting_answer = iteration
                 group.answer_staged = any(s for _, s in reports.values())
                 self._events.append(Reported(group.trial_id, iteration, reports[0][0],
-                                             any(s for _, s in reports.values())))
+                                             any(s for _, s in reports.values()),
+                                             [reports[i][0] for i in sorted(reports)]))
         elif isinstance(msg, proto.Saved):  # a checkpoint asked for by answer(save=True), staged after the report
             got = group.saves.setdefault(msg.iteration, set())
             got.add(rank.index)
@@ -277,7 +278,7 @@ class _IOLoop(_DaskState):
                 # while the rank still runs and talks to the tuner: its connection decides (a notice comes from it;
                 # a process that really died drops it). Nothing more is placed there.
                 self.ledger.quarantine(rank.assignment.address)
-                rank.task_lost_at = time.monotonic()  # (no notice within TASK_LOST_GRACE_S: it is lost)
+                rank.task_lost_at = time.monotonic()  # (no notice within task_lost_grace_s: it is lost)
                 continue
             self._release(rank)
             if fut is not None and fut.status == "error" and rank.finished is None:

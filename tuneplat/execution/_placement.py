@@ -1,7 +1,13 @@
-"""Gang placement of ranks on Dask worker processes: the :class:`Ledger` of slots and GPU shares.
+"""Gang placement of ranks on Dask worker processes: the :class:`Ledger` of slots, host CPUs and GPU shares.
 
 Only this module reads or writes a ledger's books; the executor asks it through
 its public methods (:meth:`Ledger.allocate`, :meth:`Ledger.could_place`, ...).
+
+CPUs are counted per host, as Ray counts them per node: a host has the CPUs of
+its worker processes together, and a rank asking for ``k`` CPUs holds ``k`` of
+its host's (one worker process runs it; the host's other processes take ranks
+only while CPUs are left). So ``{"CPU": 2}`` runs on two 1-CPU worker processes
+of one host, and while it runs neither takes another rank.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class Assignment:
     gpu_pool: str | None = None
     gpu_ids: list[int] = field(default_factory=list)
     gpu_amount: float = 0.0
+    cpu: float = 0.0  # the CPUs of its host the rank holds
 
 
 class Ledger:
@@ -49,6 +56,7 @@ class Ledger:
         self._retry_at: dict[str, float] = {}  # quarantined for a while (its host could not reach the tuner)
         self.pools: dict[str, list[float]] = {}
         self._pool_size: dict[str, list[float]] = {}
+        self._cpu_at: dict[str, tuple[str, float]] = {}  # worker address -> (its host, CPUs its rank holds there)
 
     def refresh(self, slots: list[Slot]) -> None:
         new = {s.address: s for s in slots}
@@ -56,6 +64,7 @@ class Ledger:
             if addr not in new:
                 del self.slots[addr]
                 self.load.pop(addr, None)
+                self._cpu_at.pop(addr, None)  # (its process is gone, and its rank with it)
                 self.quarantined.discard(addr)
                 self._dead_pid.pop(addr, None)
                 self._retry_at.pop(addr, None)
@@ -75,14 +84,29 @@ class Ledger:
         if not self.slots:
             return "no workers"
         cpus = sorted({s.cpu for s in self.slots.values()})
+        hosts = self.host_cpus()
         gpus = sum(sum(v) for v in self._pool_size.values())
         extra = sorted({k for s in self.slots.values() for k in s.resources})
-        text = f"{len(self.slots)} worker process(es) on {len({s.host for s in self.slots.values()})} host(s), CPU per worker {cpus}, {gpus:g} GPU(s)"
+        text = (f"{len(self.slots)} worker process(es) on {len(hosts)} host(s), CPU per worker {cpus}, "
+                f"CPUs per host {sorted(hosts.values(), reverse=True)}, {gpus:g} GPU(s)")
         return text + (f", custom resources {extra}" if extra else "")
 
+    @property
+    def cpu_held(self) -> dict[str, float]:
+        """Each host's CPUs held by the ranks placed there."""
+        out: dict[str, float] = {}
+        for host, cpu in self._cpu_at.values():
+            out[host] = out.get(host, 0.0) + cpu
+        return out
+
+    def host_cpus(self) -> dict[str, float]:
+        """Each host's CPUs: those of its worker processes together."""
+        out: dict[str, float] = {}
+        for s in self.slots.values():
+            out[s.host] = out.get(s.host, 0.0) + s.cpu
+        return out
+
     def _fits(self, slot: Slot, request: Mapping[str, float]) -> bool:
-        if slot.cpu + 1e-9 < request.get("CPU", 0):
-            return False
         for key, amount in request.items():
             if key in ("CPU", "GPU"):
                 continue
@@ -112,8 +136,12 @@ class Ledger:
             devices[i] = 0.0
         return chosen
 
-    def _allocate(self, request: Mapping[str, float], n: int, strategy: str, busy: set[str], pools: dict[str, list[float]]) -> list[Assignment] | None:
+    def _allocate(self, request: Mapping[str, float], n: int, strategy: str, busy: set[str], pools: dict[str, list[float]],
+                  held: Mapping[str, float] | None = None) -> list[Assignment] | None:
+        """``n`` assignments (or None), taking GPU shares from ``pools``; ``held``: CPUs taken per host."""
         gpu = request.get("GPU", 0.0)
+        cpu = float(request.get("CPU", 0.0))
+        free_cpu = {h: c - (held or {}).get(h, 0.0) for h, c in self.host_cpus().items()}
         candidates = [s for a, s in self.slots.items() if a not in busy and self._fits(s, request)]
         by_host: dict[str, list[Slot]] = {}
         for s in candidates:
@@ -132,10 +160,13 @@ class Ledger:
         for slot in order:
             if len(chosen) == n:
                 break
+            if free_cpu[slot.host] + 1e-9 < cpu:  # its host's CPUs are held by other ranks (or too few)
+                continue
             ids = self._take_gpu(pools, slot, gpu)
             if ids is None:
                 continue
-            chosen.append(Assignment(slot.address, slot.host, slot.gpu_pool, ids, gpu))
+            free_cpu[slot.host] -= cpu
+            chosen.append(Assignment(slot.address, slot.host, slot.gpu_pool, ids, gpu, cpu))
         return chosen if len(chosen) == n else None
 
     @property
@@ -178,12 +209,15 @@ class Ledger:
     def allocate(self, request: Mapping[str, float], n: int, strategy: str = "PACK") -> list[Assignment] | None:
         """Reserve ``n`` slots (all or none); None when they don't fit right now."""
         pools = {k: list(v) for k, v in self.pools.items()}
-        got = self._allocate(request, n, strategy, self.busy, pools)
+        got = self._allocate(request, n, strategy, self.busy, pools, self.cpu_held)
         if got is None:
             return None
         self.pools = pools
         for a in got:
             self.load[a.address] = self.load.get(a.address, 0) + 1
+            if a.cpu:
+                host, held = self._cpu_at.get(a.address, (a.host, 0.0))
+                self._cpu_at[a.address] = (host, held + a.cpu)
         return got
 
     def allocate_between(self, request: Mapping[str, float], lo: int, hi: int,
@@ -199,7 +233,7 @@ class Ledger:
         """How many more ranks of ``request`` (up to ``limit``) fit right now; nothing is reserved."""
         for n in range(limit, 0, -1):
             pools = {k: list(v) for k, v in self.pools.items()}
-            if self._allocate(request, n, strategy, self.busy, pools) is not None:
+            if self._allocate(request, n, strategy, self.busy, pools, self.cpu_held) is not None:
                 return n
         return 0
 
@@ -224,17 +258,27 @@ class Ledger:
         if ledger._allocate(request, n, strategy, set(), pools) is None:  # an empty cluster
             need = ", ".join(f"{k}={v:g}" for k, v in request.items())
             more = f" ({len(starting)} of them still starting)" if starting else ""
+            cpu = float(request.get("CPU", 0.0))
+            biggest = max(ledger.host_cpus().values(), default=0.0)
+            why = (f" No host has {cpu:g} CPUs for one rank (a rank's CPUs are on one host: the largest has "
+                   f"{biggest:g})." if cpu > biggest + 1e-9 else "")
             raise PlacementError(
-                f"A trial needs {n} rank(s) with {{{need}}} each (one Dask worker process per rank), "
-                f"but the cluster has {ledger.describe()}{more}. Lower ScalingConfig(num_workers=..., "
+                f"A trial needs {n} rank(s) with {{{need}}} each (one Dask worker process per rank, its CPUs on "
+                f"its host), but the cluster has {ledger.describe()}{more}.{why} Lower ScalingConfig(num_workers=..., "
                 "resources_per_worker=...), or add workers/GPUs to the cluster (the embedded cluster: "
                 f"TUNEPLAT_NUM_CPUS={max(n, 2)} gives it that many worker slots, more than the cores if need be, "
-                "as Ray's RAY_OVERRIDE_RESOURCES)."
+                "as Ray's RAY_OVERRIDE_RESOURCES)." + _accelerator_hint(request)
             )
 
     def release(self, assignment: Assignment) -> None:
         if self.load.get(assignment.address, 0) > 0:
             self.load[assignment.address] -= 1
+            if assignment.cpu and assignment.address in self._cpu_at:
+                host, held = self._cpu_at[assignment.address]
+                if held - assignment.cpu > 1e-9:
+                    self._cpu_at[assignment.address] = (host, held - assignment.cpu)
+                else:
+                    del self._cpu_at[assignment.address]
         if assignment.gpu_pool and assignment.gpu_pool in self.pools:
             devices = self.pools[assignment.gpu_pool]
             for i in assignment.gpu_ids:
@@ -265,3 +309,14 @@ class _LeasedLedger(Ledger):
 
     def check_fits_empty(self, request: Any, n: int, strategy: str = "PACK", starting: Any = ()) -> None:
         """Nothing to check here: the enclosing trial's tuner refuses a group that can never fit beside the trial."""
+
+
+def _accelerator_hint(request: Mapping[str, float]) -> str:
+    """What to do about a ``ScalingConfig(accelerator_type=...)`` that no worker has (Ray's resource name)."""
+    from .._config import ACCELERATOR_PREFIX
+
+    for key in request:
+        if key.startswith(ACCELERATOR_PREFIX):
+            return (f" ScalingConfig(accelerator_type={key[len(ACCELERATOR_PREFIX):]!r}) places ranks only on Dask "
+                    f"workers with the resource {key!r}: start them with `dask worker ... --resources \"{key}=1\"`.")
+    return ""

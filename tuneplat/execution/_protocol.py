@@ -135,8 +135,9 @@ class Rendezvous(Message):
 
 @dataclass(frozen=True)
 class Report(Message):
-    """A rank reached ``report()``: the iteration, the result (rank 0's; None from the others), whether it
-    staged a checkpoint. The tuner answers once every rank reported the iteration."""
+    """A rank reached ``report()``: the iteration, the result (rank 0's is the trial's; the others send their own
+    metrics, which only Ray V2's ``UserCallback.after_report`` sees), whether it staged a checkpoint. The tuner
+    answers once every rank reported the iteration."""
 
     KIND: ClassVar[str] = "report"
     iteration: int

@@ -12,7 +12,7 @@ import sys
 import threading
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from . import _stacks
 from ._channel import TokenRefused, connect_retrying
 from ._failure import exception_types
 from ._host_oom import oom_baseline
+from ._shipping import Shipped
 from ._trial_io import apply_trial_io
 
 __all__ = ["run_rank"]
@@ -31,6 +32,8 @@ __all__ = ["run_rank"]
 logger = logging.getLogger("tuneplat")
 
 _ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+#: the thread pools of numeric libraries, sized to the CPUs a rank holds (Ray sets them from the actor's num_cpus)
+_THREAD_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def _call(trainable: Callable[..., Any], config: dict[str, Any]) -> Any:
@@ -140,6 +143,18 @@ class TorchBackend(Backend):
             os.environ.update(MASTER_ADDR=worker_group.host, MASTER_PORT=str(worker_group.free_port()))
         if spec.gpu_ids:
             _pin_gpu(spec)
+
+    def on_abort(self, worker_group: RankGroup, backend_config: Any) -> None:
+        """The tuner aborted the group while user code runs: make every collective of this rank fail now.
+
+        A rank blocked in ``all_reduce`` waiting for a peer whose host's link was cut
+        (no FIN) would otherwise wait for gloo's timeout; shutting the group's
+        connections down wakes it with an error (and its peers too).
+        """
+        if self._sockets:
+            n = _shutdown_sockets(self._sockets)
+            logger.info("tuneplat: trial %s rank %d: the tuner ended the group; shut down %d process-group "
+                        "connection(s)", worker_group.spec.trial_id, worker_group.spec.rank, n)
 
     def on_shutdown(self, worker_group: RankGroup, backend_config: Any) -> None:
         spec = worker_group.spec
@@ -289,9 +304,10 @@ def _release_gpu_memory() -> None:
         pass
 
 
-#: how long an idle runner waits for the tuner's next trial before it returns (a safety net: the tuner answers
-#: "next" or "bye" in the same pass of its loop that handled "done")
-IDLE_WAIT_S = env_seconds("TUNEPLAT_RUNNER_IDLE_S", 60)
+def _idle_wait_s() -> float:
+    """How long an idle runner waits for the tuner's next trial before it returns (a safety net: the tuner answers
+    "next" or "bye" in the same pass of its loop that handled "done")."""
+    return env_seconds("TUNEPLAT_RUNNER_IDLE_S", 60)
 
 
 def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
@@ -306,9 +322,7 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     ``("next", RankSpec)``, which it runs at once, or ``("bye",)``, and returns.
     Multi-rank trials never chain: torch's process-wide state stays one trial's.
     """
-    copy = _fresh_copies(trainable, deps) if spec.world_size == 1 else None
-    if deps:
-        trainable = trainable._tuneplat_resolve(*deps)  # type: ignore[attr-defined]
+    make = _Maker(trainable, deps, chain=spec.world_size == 1)
     try:
         sock = connect_tuner(spec.tuner_addr, spec.token, spec.channel_tls, f" from rank {spec.rank} of trial "
                              f"{spec.trial_id} on {socket.gethostname()} ({spec.host})", local=spec.tuner_local,
@@ -329,7 +343,7 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
         return "not started"
     heartbeat = Heartbeat(sock)
     try:
-        outcome, idle = _run_trial(trainable, spec, sock, heartbeat, may_chain=copy is not None)
+        outcome, idle = _run_trial(make, spec, sock, heartbeat, may_chain=make.chainable)
         while idle:
             nxt = _wait_next(sock)
             if nxt is None:
@@ -341,8 +355,7 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
                     proto.send(sock, proto.Running(oom_baseline()))
             except OSError:
                 break
-            assert copy is not None
-            outcome, idle = _run_trial(copy(), spec, sock, heartbeat, may_chain=True)
+            outcome, idle = _run_trial(make, spec, sock, heartbeat, may_chain=True)
     finally:
         heartbeat.close()
         try:
@@ -352,8 +365,9 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     return outcome
 
 
-#: how long a rank tries to open its connection to the tuner (then it fails naming the address)
-CONNECT_TIMEOUT_S = env_seconds("TUNEPLAT_CONNECT_TIMEOUT_S", 10)
+def connect_timeout_s() -> float:
+    """How long a rank tries to open its connection to the tuner (then it fails naming the address)."""
+    return env_seconds("TUNEPLAT_CONNECT_TIMEOUT_S", 10)
 
 
 #: the TLS context made from a worker's Security (one per worker process: making one costs milliseconds)
@@ -390,31 +404,46 @@ def connect_tuner(addr: tuple[str, int], token: bytes, tls: bool, where: str = "
     (``local``), else TCP (TLS with this worker's certificates when ``tls``); a connection lost before it
     authenticated is tried again with backoff for ``within_s`` (:func:`~._channel.connect_retrying`)."""
     return connect_retrying(tuple(addr), token, channel_client_context(tls), where=where,  # type: ignore[arg-type]
-                            local=local, within_s=within_s, timeout=CONNECT_TIMEOUT_S)
+                            local=local, within_s=within_s, timeout=connect_timeout_s())
 
 
-def _fresh_copies(trainable: Callable[..., Any], deps: tuple[Any, ...]) -> Callable[[], Callable[..., Any]] | None:
-    """A maker of fresh copies of ``trainable`` as Dask delivered it, for the trials chained after the first.
+class _Maker:
+    """Makes the rank's trainable from what Dask delivered: unpickled here, after the rank's environment is set.
 
-    Each Dask task deserializes its own copy of the trainable, so state that a trial
+    Each call is a fresh copy, as a new Dask task would get: state that a trial
     leaves in a trainable pickled by value (a function defined in a notebook or
-    ``__main__``, with the globals it uses) never reached the next trial; chained
-    trials keep that. Functions pickled by reference (importable modules) come back as
-    the same object, as they would in a new task. None if it cannot be pickled here.
+    ``__main__``, with the globals it uses) never reaches the next trial chained
+    in this task. Functions pickled by reference (importable modules) come back as
+    the same object, as they would in a new task.
     """
-    try:
-        import cloudpickle
 
-        blob = cloudpickle.dumps(trainable)
-    except Exception:  # noqa: BLE001 - e.g. an object only Dask's own serializers handle: then trials do not chain
-        logger.debug("tuneplat: cannot copy the trainable for chained trials", exc_info=True)
-        return None
+    def __init__(self, trainable: Any, deps: tuple[Any, ...], chain: bool) -> None:
+        self._trainable = trainable
+        self._deps = deps
+        self._blob: bytes | None = None
+        self._used = False
+        self.chainable = False
+        if isinstance(trainable, Shipped):
+            self._blob = trainable.blob
+            self.chainable = chain
+        elif chain:  # sent as it is (see _shipping.ship): copies for chained trials, if cloudpickle can
+            try:
+                import cloudpickle
 
-    def copy() -> Callable[..., Any]:
-        fresh = cloudpickle.loads(blob)
-        return fresh._tuneplat_resolve(*deps) if deps else fresh
+                self._blob = cloudpickle.dumps(trainable)
+                self.chainable = True
+            except Exception:  # noqa: BLE001 - e.g. an object only Dask's own serializers handle: no chaining
+                logger.debug("tuneplat: cannot copy the trainable for chained trials", exc_info=True)
 
-    return copy
+    def __call__(self) -> Callable[..., Any]:
+        if self._blob is not None and (self._used or isinstance(self._trainable, Shipped)):
+            import cloudpickle
+
+            fresh = cloudpickle.loads(self._blob)
+        else:
+            fresh = self._trainable
+        self._used = True
+        return fresh._tuneplat_resolve(*self._deps) if self._deps else fresh  # type: ignore[no-any-return]
 
 
 def _others_wait() -> bool:
@@ -435,7 +464,7 @@ def _others_wait() -> bool:
 def _wait_next(sock: socket.socket) -> RankSpec | None:
     """An idle runner: the tuner's next trial for this task, or None ("bye", the tuner gone, or no answer)."""
     try:
-        sock.settimeout(IDLE_WAIT_S)
+        sock.settimeout(_idle_wait_s())
         msg = proto.recv_from_tuner(sock)
         sock.settimeout(None)
     except (ConnectionError, OSError):  # socket.timeout is an OSError
@@ -448,18 +477,22 @@ def _wait_next(sock: socket.socket) -> RankSpec | None:
     return msg.spec  # type: ignore[no-any-return]
 
 
-def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socket,
+def _run_trial(make: Callable[[], Callable[..., Any]], spec: RankSpec, sock: socket.socket,
                heartbeat: Heartbeat, may_chain: bool) -> tuple[str, bool]:
     """One trial on this rank: user code between "go" (or "next") and "done"/"error".
+
+    The trainable is unpickled (``make()``) once the rank's ``RANK``, ``LOCAL_RANK``,
+    ``NODE_RANK`` and ``WORLD_SIZE`` are set: modules its globals import see them.
 
     Returns the outcome and whether this runner now waits for the tuner's next trial
     (it told the tuner so in its "done"/"error" message).
     """
-    saved_env = {k: os.environ.get(k) for k in _ENV_KEYS}
+    saved_env = {k: os.environ.get(k) for k in _ENV_KEYS + _THREAD_KEYS}
     os.environ.update(
         RANK=str(spec.rank), WORLD_SIZE=str(spec.world_size), LOCAL_RANK=str(spec.local_rank),
         LOCAL_WORLD_SIZE=str(spec.local_world_size), NODE_RANK=str(spec.node_rank),
     )
+    torch_threads = _use_cpus(spec.cpus)
     session = Session(spec, sock, heartbeat.send_lock)
     _set_session(session)
     heartbeat.attach(session)
@@ -469,18 +502,25 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
     outcome = "done"
     chainable = may_chain and spec.world_size == 1
     idle = False
-    backend, backend_config = _backend_of(trainable)
+    backend: Backend = TorchBackend()
+    backend_config: Any = None
     _stacks.register(spec.trial_id, spec.rank)
     _stacks.arm(spec.trial_id, spec.rank, spec.trial_dir)
     try:
+        _set_framework_ranks(spec)
+        trainable = make()
+        backend, backend_config = _backend_of(trainable)
         if spec.world_size > 1:
             session.monitor.state = "rendezvous"
         group = _open_rank_group(session, float(getattr(backend_config, "timeout_s", None) or spec.pg_timeout_s))
         session.backend_group = group
         backend.on_start(group, backend_config)
+        on_abort = getattr(backend, "on_abort", None)
+        if callable(on_abort):  # (the heartbeat runs it if the tuner hangs up while user code runs)
+            session.on_tuner_lost.append(lambda: on_abort(group, backend_config))
         backend.on_training_start(group, backend_config)
         session.monitor.state = "training"
-        with apply_trial_io(spec.trial_io, spec.trial_dir), _train_func_context(backend_config):
+        with apply_trial_io(spec.trial_io, spec.trial_dir), _children_fork(), _train_func_context(backend_config):
             _call(trainable, spec.config)
         chainable = chainable and not _others_wait()
         idle = _send(session, proto.Done(chainable)) and chainable
@@ -524,7 +564,44 @@ def _run_trial(trainable: Callable[..., Any], spec: RankSpec, sock: socket.socke
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        if torch_threads is not None:
+            _torch_threads(torch_threads)
     return outcome, idle
+
+
+def _use_cpus(cpus: float) -> int | None:
+    """A rank holding ``cpus`` CPUs (2 or more) sizes its numeric libraries' thread pools to them, as Ray does.
+
+    The Dask nanny starts worker processes with ``OMP_NUM_THREADS=1`` (and MKL's,
+    OpenBLAS's): a rank holding k CPU slots of its host (its worker process runs it,
+    the others are kept free for it) gets k threads instead, in the environment (for
+    libraries imported from now on) and in torch (if already imported). Returns
+    torch's thread count before, to restore after the trial (None: nothing to restore).
+    """
+    k = int(cpus + 1e-9)
+    if k < 2:
+        return None
+    os.environ.update({key: str(k) for key in _THREAD_KEYS})
+    if "torch" not in sys.modules:
+        return 0  # torch imported during the trial reads OMP_NUM_THREADS: reset it after (see _torch_threads)
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(k)
+    return before
+
+
+def _torch_threads(before: int) -> None:
+    """Torch's thread count back to what it was before the trial (0: as the restored environment says)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        n = before or int(os.environ.get("OMP_NUM_THREADS") or 0)
+        if n > 0:
+            torch.set_num_threads(n)
+    except (ValueError, RuntimeError, AttributeError):  # a half-imported torch, or a value it refuses
+        logger.debug("tuneplat: torch's thread count not restored", exc_info=True)
 
 
 def _train_func_context(backend_config: Any) -> Any:
@@ -533,8 +610,6 @@ def _train_func_context(backend_config: Any) -> Any:
     return make() if callable(make) else contextlib.nullcontext()
 
 
-#: how often an elastic group's rank looks whether its Dask worker is closing (a local attribute read)
-RETIRE_POLL_S = env_seconds("TUNEPLAT_RETIRE_POLL_S", 0.1)
 
 
 def _watch_retirement(session: Session) -> None:
@@ -553,7 +628,9 @@ def _watch_retirement(session: Session) -> None:
         return
 
     def watch() -> None:
-        while not session.finished.wait(RETIRE_POLL_S):
+        # how often the rank looks whether its Dask worker is closing (a local attribute read)
+        poll_s = env_seconds("TUNEPLAT_RETIRE_POLL_S", 0.1)
+        while not session.finished.wait(poll_s):
             status = getattr(getattr(worker, "status", None), "name", "")
             if status in ("closing", "closing_gracefully", "closed"):
                 logger.info("tuneplat: trial %s rank %d: Dask worker %s is %s; telling the tuner",
@@ -566,6 +643,44 @@ def _watch_retirement(session: Session) -> None:
 
     threading.Thread(target=watch, daemon=True,
                      name=f"tuneplat-retire-watch-{session.spec.trial_id}-r{session.spec.rank}").start()
+
+
+@contextlib.contextmanager
+def _children_fork() -> Iterator[None]:
+    """Processes the trial starts (``DataLoader(num_workers=...)``'s workers) start with ``fork``, as in Ray's ranks.
+
+    Dask starts its worker processes with ``spawn``, and a spawned process keeps
+    ``spawn`` as its default: a loader worker would then import torch again (seconds
+    per epoch) and could not unpickle a ``Dataset`` class defined in the user's
+    script. Ray's worker processes have the platform's default, ``fork`` on Linux.
+    Other platforms keep theirs (``fork`` is unsafe on macOS).
+    """
+    import multiprocessing
+
+    before = multiprocessing.get_start_method(allow_none=True)
+    if not sys.platform.startswith("linux") or before == "fork":
+        yield
+        return
+    multiprocessing.set_start_method("fork", force=True)
+    try:
+        yield
+    finally:
+        multiprocessing.set_start_method(before, force=True)
+
+
+def _set_framework_ranks(spec: RankSpec) -> None:
+    """Tell libraries this process imported in an earlier trial which rank it is now.
+
+    Lightning reads the rank from ``RANK``/``LOCAL_RANK`` once, when it is first
+    imported (``rank_zero_only.rank``), and only its distributed strategies set it
+    again: a plain ``pl.Trainer`` in a rank (Ray's experiment-tracking examples)
+    keeps what the import saw. A worker process that ran another rank before
+    would log as that rank (two ``MLFlowLogger`` runs where Ray makes one).
+    """
+    rank_zero = sys.modules.get("lightning_utilities.core.rank_zero")
+    only = getattr(rank_zero, "rank_zero_only", None)
+    if only is not None and hasattr(only, "rank"):
+        only.rank = spec.rank
 
 
 def _reset_framework_state() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ._dask_state import TASK_LOST_GRACE_S, _DaskState, _Group, _Rank
+from ._dask_state import _DaskState, _Group, _Rank
 from ._executor import (
     Starved,
 )
@@ -28,7 +28,7 @@ class _Watchdog(_DaskState):
                 if r.conn is not None and not r.finished:
                     deadlines.append(r.last_seen + self.hang_timeout_s + 0.01)
                     if r.task_lost_at is not None and g.preempted is None:
-                        deadlines.append(r.task_lost_at + TASK_LOST_GRACE_S + 0.01)
+                        deadlines.append(r.task_lost_at + self.task_lost_grace_s + 0.01)
             if g.first_report and self.report_timeout_s > 0 and not g.aborted:
                 deadlines.append(min(g.first_report.values()) + self.report_timeout_s + 0.01)
         if self.board is not None:
@@ -85,10 +85,10 @@ class _Watchdog(_DaskState):
         for g in list(self.groups.values()):
             for r in g.ranks:  # elastic: a rank whose Dask worker left without a preemption notice is lost
                 if (r.task_lost_at is not None and not r.finished and g.preempted is None
-                        and now - r.task_lost_at > TASK_LOST_GRACE_S):
+                        and now - r.task_lost_at > self.task_lost_grace_s):
                     r.finished = "dead"
                     text = (f"rank {r.index} on {r.assignment.address}: its Dask worker left the cluster "
-                            f"(KilledWorker) and no preemption notice came within {TASK_LOST_GRACE_S:g}s")
+                            f"(KilledWorker) and no preemption notice came within {self.task_lost_grace_s:g}s")
                     self._fail_group(g, text, None, Failure(LOST, (), r.index, r.hostname, text))
                     if r.channel is not None:
                         self._drop_conn(r.channel)

@@ -291,7 +291,7 @@ def load_experiment(source: Any) -> Experiment:
     if isinstance(source, _Grid):
         path = source.experiment_path
         if path:
-            fs = next((r.filesystem for r in source if r.filesystem is not None), None)
+            fs = next((r.fsspec_filesystem for r in source if r.fsspec_filesystem is not None), None)
             local = _local_folder(path, missing_ok=True, fs=fs)
             if local is not None:
                 return _from_journal(local, display=path)

@@ -60,23 +60,34 @@ class Result:
     mlflow_run_id: str | None = None
     lineage: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
+    return_value: Any = None
     _history: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _filesystem: Any = field(default=None, repr=False)
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike[str]) -> Result:
+    def from_path(cls, path: str | os.PathLike[str], storage_filesystem: Any = None) -> Result:
         """The :class:`Result` of the trial whose folder is ``path`` (``ray.train.Result.from_path``).
 
         Read from the experiment's journal (the folder above) when there is one,
         else from the trial folder's ``params.json``, ``result.json`` and
         checkpoint folders.
 
+        Args:
+            path: the trial folder (a local path).
+            storage_filesystem: Ray's argument; only a local filesystem (None or a
+                ``pyarrow.fs.LocalFileSystem``) is read here.
+
         Raises:
             FileNotFoundError: ``path`` is not a trial folder.
+            NotImplementedError: ``storage_filesystem`` is a remote one.
 
         Example:
             >>> result = Result.from_path("~/tuneplat_results/exp/objective_1a2b3_00000")  # doctest: +SKIP
         """
+        if storage_filesystem is not None and type(storage_filesystem).__name__ != "LocalFileSystem":
+            raise NotImplementedError(
+                f"Result.from_path(storage_filesystem={type(storage_filesystem).__name__}): only local folders are "
+                "read; for a remote experiment use tuneplat.ResultGrid of Tuner.restore(url).get_results().")
         import json
 
         from ..storage._storage import list_checkpoints
@@ -99,7 +110,11 @@ class Result:
         config: dict[str, Any] = {}
         if os.path.isfile(params):
             with open(params, encoding="utf-8") as f:
-                config = json.load(f)
+                try:
+                    config = json.load(f)
+                except ValueError as exc:
+                    raise ValueError(f"{params} is damaged (not JSON: {exc}); it holds the trial's config: "
+                                     "restore it from a backup or remove it (the config is then empty)") from None
         history: list[dict[str, Any]] = []
         if os.path.isfile(results):
             with open(results, encoding="utf-8") as f:
@@ -122,6 +137,23 @@ class Result:
 
     @property
     def filesystem(self) -> Any:
+        """The ``pyarrow.fs.FileSystem`` that :attr:`path` is on (``ray.train.Result.filesystem``).
+
+        A ``pyarrow.fs.LocalFileSystem`` for a local folder; for remote storage, the experiment's
+        fsspec filesystem wrapped as a ``pyarrow.fs.PyFileSystem`` (the fsspec one itself is
+        :attr:`fsspec_filesystem`). ``pyarrow.fs`` is imported, so ``import pyarrow`` then
+        ``pyarrow.fs.FileSystem`` works, as Ray's guides write it.
+        """
+        import pyarrow.fs
+
+        if self._filesystem is None:
+            return pyarrow.fs.LocalFileSystem()
+        if isinstance(self._filesystem, pyarrow.fs.FileSystem):
+            return self._filesystem
+        return pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(self._filesystem))
+
+    @property
+    def fsspec_filesystem(self) -> Any:
         """The fsspec filesystem of :attr:`path` when the experiment is on remote storage, else None."""
         return self._filesystem
 

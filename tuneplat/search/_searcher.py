@@ -72,6 +72,8 @@ class BasicVariantGenerator(Searcher):
             missing keys are sampled. As in Ray, each point takes the place of one
             of the ``num_samples`` repetitions (of every grid combination).
         max_concurrent: 0 means no limit of its own.
+        constant_grid_search: draw the random values once per repetition and keep them for every grid
+            combination of it (Ray's option), instead of fresh values per combination.
         random_state: seed for the sampler (overrides ``TuneConfig.seed``).
 
     Example:
@@ -84,8 +86,10 @@ class BasicVariantGenerator(Searcher):
         [1, 2, 1, 2]
     """
 
-    def __init__(self, points_to_evaluate: Sequence[Mapping[str, Any]] | None = None, max_concurrent: int = 0, random_state: int | None = None) -> None:
+    def __init__(self, points_to_evaluate: Sequence[Mapping[str, Any]] | None = None, max_concurrent: int = 0,
+                 constant_grid_search: bool = False, random_state: int | None = None) -> None:
         super().__init__()
+        self._constant_grid = bool(constant_grid_search)
         self._points = [dict(p) for p in (points_to_evaluate or [])]
         self._max_concurrent = max_concurrent
         self._seed = random_state
@@ -132,7 +136,15 @@ class BasicVariantGenerator(Searcher):
                 return None
             self._sample_index += 1
             point = self._points.pop(0) if self._points else None
-            self._pending = [resolve(self._space, g, self._rng, point) for g in self._grid_for(point)]
+            grid = self._grid_for(point)
+            if self._constant_grid:  # one draw of the random values per repetition, the same for every combination
+                state = self._rng.getstate()
+                self._pending = []
+                for g in grid:
+                    self._rng.setstate(state)
+                    self._pending.append(resolve(self._space, g, self._rng, point))
+            else:
+                self._pending = [resolve(self._space, g, self._rng, point) for g in grid]
         return self._pending.pop(0)
 
     def is_finished(self) -> bool:

@@ -397,6 +397,10 @@ class OptunaSearch(Searcher):
         sampler: An ``optuna.samplers.BaseSampler`` or a short name:
             ``"tpe"``, ``"cmaes"``, ``"gp"``, ``"qmc"``, ``"random"``,
             ``"nsgaii"``. Default TPE. Named samplers are seeded with ``seed``.
+        study_name: the Optuna study's name (default ``"tuneplat"``).
+        storage: an Optuna storage (or its URL, e.g. ``"sqlite:///optuna.db"``) to keep the study in
+            instead of the experiment folder's journal (Ray's argument); a study of that name there is
+            loaded and added to, never deleted.
         seed: Sampler seed; when None, ``TuneConfig.seed`` (``spec["seed"]``).
         evaluated_rewards: Metric values of ``points_to_evaluate`` (one per
             point; lists for multi-objective): the points are added to the
@@ -425,6 +429,8 @@ class OptunaSearch(Searcher):
         mode: str | Sequence[str] | None = None,
         points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
         sampler: optuna.samplers.BaseSampler | str | None = None,
+        study_name: str | None = None,
+        storage: Any = None,
         seed: int | None = None,
         evaluated_rewards: Sequence[Any] | None = None,
     ) -> None:
@@ -461,6 +467,8 @@ class OptunaSearch(Searcher):
         self._ot_trials: dict[str, optuna.trial.Trial] = {}
         self._study: optuna.Study | None = None
         self._storage: Any = None
+        self._study_name = study_name or STUDY_NAME
+        self._user_storage = storage  # Ray's storage=: an Optuna storage (or its URL) holding the study instead
         self._properties_set = False
         self._points_pending = False
         self._exhausted = False
@@ -535,7 +543,11 @@ class OptunaSearch(Searcher):
         seed = self._seed if self._seed is not None else self._spec.get("seed")
         experiment_dir = self._spec.get("experiment_dir")
         resume = bool(self._spec.get("resume"))
-        if experiment_dir:
+        if self._user_storage is not None:  # the user's own storage: the study there is loaded, never deleted
+            self._storage = (optuna.storages.get_storage(self._user_storage) if isinstance(self._user_storage, str)
+                             else self._user_storage)
+            experiment_dir = None
+        elif experiment_dir:
             from optuna.storages import JournalStorage
             from optuna.storages.journal import JournalFileBackend
 
@@ -548,7 +560,7 @@ class OptunaSearch(Searcher):
         existing = 0
         if experiment_dir:
             try:
-                study_id = self._storage.get_study_id_from_name(STUDY_NAME)
+                study_id = self._storage.get_study_id_from_name(self._study_name)
             except KeyError:
                 study_id = None
             if study_id is not None and resume:
@@ -556,16 +568,16 @@ class OptunaSearch(Searcher):
                     existing = len(self._storage.get_all_trials(study_id, deepcopy=False))
             elif study_id is not None:
                 warnings.warn(f"{os.path.join(os.fspath(experiment_dir), JOURNAL_FILE)} already holds study "
-                              f"{STUDY_NAME!r} and resume is False: starting a new study (the old one is "
+                              f"{self._study_name!r} and resume is False: starting a new study (the old one is "
                               "deleted).", stacklevel=3)
-                optuna.delete_study(study_name=STUDY_NAME, storage=self._storage)
+                optuna.delete_study(study_name=self._study_name, storage=self._storage)
         sampler = self._sampler_arg
         if sampler is None or isinstance(sampler, str):
             sampler = make_sampler(sampler or "tpe", _resume_seed(seed, existing))
         self._prepare_space(sampler)
         self._study = optuna.create_study(
-            storage=self._storage, sampler=sampler, study_name=STUDY_NAME,
-            directions=directions, load_if_exists=resume,  # type: ignore[arg-type]  # 'minimize'/'maximize'
+            storage=self._storage, sampler=sampler, study_name=self._study_name,
+            directions=directions, load_if_exists=resume or self._user_storage is not None,  # type: ignore[arg-type]  # 'minimize'/'maximize'
         )
         # Points run first: on a fresh study they are enqueued now; when resuming
         # an empty study they wait for restore_trials (which knows how many ran).

@@ -108,12 +108,24 @@ class Checkpoint:
     def get_metadata(self) -> dict[str, Any]:
         """The metadata dict stored with the checkpoint (``{}`` when none)."""
         if self._fs is not None:
+            where = f"{self.path}/{_METADATA}"
             try:
-                return json.loads(self._fs.cat_file(f"{self.path}/{_METADATA}"))
+                text = self._fs.cat_file(where)
             except FileNotFoundError:
                 return {}
-        meta = Path(self.path, _METADATA)
-        return json.loads(meta.read_text(encoding="utf-8")) if meta.exists() else {}
+        else:
+            meta = Path(self.path, _METADATA)
+            if not meta.exists():
+                return {}
+            where, text = str(meta), meta.read_text(encoding="utf-8", errors="replace")
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{where} is damaged (not JSON: {exc}): the checkpoint's metadata cannot be read; "
+                             "restore it from a backup or remove it") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{where} is damaged: it holds a {type(value).__name__}, not the checkpoint's metadata")
+        return value
 
     def set_metadata(self, metadata: dict[str, Any]) -> None:
         """Replace the checkpoint's metadata (a JSON-serialisable dict), atomically."""

@@ -271,6 +271,61 @@ def resolve_storage_path(storage_path: str | os.PathLike[str] | None) -> str:
 # manifest is not a checkpoint: it is never loaded, and it is removed when the trial starts again.
 
 MANIFEST = ".tuneplat_manifest.json"
+#: written into a remote staging folder by every rank that staged there (see :func:`remote_stage_checkpoint`)
+STAGED_MARK = ".tuneplat_staged"
+
+
+def _metrics_file(name: str) -> str:
+    """The file beside checkpoint ``name`` that holds the metrics reported with it."""
+    return f".{name}.metrics.json"
+
+
+def write_checkpoint_metrics(trial_dir: str, name: str, metrics: Mapping[str, Any], fs: Any = None) -> None:
+    """Keep the metrics reported with checkpoint ``name`` beside it (read by :func:`reported_checkpoints`)."""
+    text = json.dumps(metrics, default=str)
+    if fs is not None:
+        fs.pipe_file(rjoin(_strip(fs, trial_dir), _metrics_file(name)), text.encode())
+        return
+    path = os.path.join(trial_dir, _metrics_file(name))
+    tmp = f"{path}{_TMP_MARK}{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def reported_checkpoints(trial_dir: str, fs: Any = None) -> list[tuple[str, dict[str, Any]]]:
+    """The committed checkpoints of a trial (oldest first) with the metrics reported with each (``{}`` unknown).
+
+    Safe while the trial's ranks run: it only reads (committed folders; staging ones are left alone).
+    """
+    out: list[tuple[str, dict[str, Any]]] = []
+    if fs is not None:
+        root = _strip(fs, trial_dir)
+        _refresh(fs, root)
+        try:
+            entries = sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(root, detail=False))
+        except FileNotFoundError:
+            return []
+        for base in entries:
+            if base.startswith(PREFIX) and fs.exists(rjoin(root, base, MANIFEST)):
+                try:
+                    metrics = json.loads(fs.cat_file(rjoin(root, _metrics_file(base))))
+                except (FileNotFoundError, ValueError):
+                    metrics = {}
+                out.append((fs.unstrip_protocol(rjoin(root, base)), metrics))
+        return out
+    if not os.path.isdir(trial_dir):
+        return []
+    for base in sorted(os.listdir(trial_dir)):
+        path = os.path.join(trial_dir, base)
+        if base.startswith(PREFIX) and os.path.isdir(path):
+            try:
+                with open(os.path.join(trial_dir, _metrics_file(base)), encoding="utf-8") as f:
+                    metrics = json.load(f)
+            except (OSError, ValueError):
+                metrics = {}
+            out.append((path, metrics))
+    return out
 
 
 @dataclass(frozen=True)
@@ -395,6 +450,9 @@ def remote_stage_checkpoint(fs: Any, src: str, trial_url: str, name: str) -> Non
     if not os.path.isdir(src):
         raise FileNotFoundError(f"checkpoint folder {src!r} does not exist (was it deleted before report()?)")
     dest = rjoin(_strip(fs, trial_url), f"{STAGING}{name}")
+    # an object store has no folders: this marker says the checkpoint was staged even when it has no files (an
+    # empty folder is a checkpoint on local disk too); the commit leaves it out
+    fs.pipe_file(rjoin(dest, STAGED_MARK), b"")
     for root, _dirs, files in os.walk(src):
         rel = os.path.relpath(root, src)
         for f in files:
@@ -443,6 +501,8 @@ def remote_commit_checkpoint(fs: Any, trial_url: str, name: str) -> str | None:
     manifest: dict[str, int] = {}
     for path, info in sorted(files.items()):
         rel = _rel(staging, path)
+        if rel == STAGED_MARK:
+            continue
         fs.mv(path, rjoin(final, rel))
         manifest[rel] = int(info.get("size") or 0)
     fs.pipe_file(rjoin(final, MANIFEST), json.dumps({"files": manifest}).encode())
@@ -477,6 +537,7 @@ def remote_copy_checkpoint(fs: Any, src_url: str, trial_url: str, name: str) -> 
     src = _strip(fs, src_url)
     staging = rjoin(_strip(fs, trial_url), f"{STAGING}{name}")
     _refresh(fs, src)
+    fs.pipe_file(rjoin(staging, STAGED_MARK), b"")  # (an empty checkpoint is copied too)
     for path in fs.find(src):
         rel = _rel(src, path)
         if rel != MANIFEST:
@@ -621,6 +682,11 @@ class LocalCheckpointStore(CheckpointStore):
 
     def delete(self, checkpoint_path: str) -> None:
         shutil.rmtree(checkpoint_path, ignore_errors=True)
+        head, name = os.path.split(checkpoint_path.rstrip(os.sep))
+        try:
+            os.unlink(os.path.join(head, _metrics_file(name)))
+        except OSError:
+            pass
 
     def copy(self, src_checkpoint: str, trial_path: str, name: str) -> str | None:
         stage_checkpoint(src_checkpoint, trial_path, name)
@@ -646,6 +712,11 @@ class FsspecCheckpointStore(CheckpointStore):
 
     def delete(self, checkpoint_path: str) -> None:
         remote_delete_checkpoint(self.filesystem, checkpoint_path)
+        head, _, name = _strip(self.filesystem, checkpoint_path).rstrip("/").rpartition("/")
+        try:
+            self.filesystem.rm_file(rjoin(head, _metrics_file(name)))
+        except (FileNotFoundError, OSError):
+            pass
 
     def copy(self, src_checkpoint: str, trial_path: str, name: str) -> str | None:
         return remote_copy_checkpoint(self.filesystem, src_checkpoint, self.trial_url(trial_path), name)

@@ -15,8 +15,19 @@ from __future__ import annotations
 from ._contract import ExecutorContract, experiment_record
 from ._recommend import Recommendation, recommend
 from ._simulate import SimulationReport, simulate
-from ._virtual import HANG, OutOfMemoryError, VirtualCheckpointStore, VirtualTimeExecutor, now, sleep, use_gpu_memory
+from ._virtual import (
+    HANG,
+    LOSE_HOST,
+    LOSE_WORKER,
+    PREEMPT,
+    OutOfMemoryError,
+    VirtualCheckpointStore,
+    VirtualTimeExecutor,
+    now,
+    sleep,
+    use_gpu_memory,
+)
 
-__all__ = ["ExecutorContract", "HANG", "OutOfMemoryError", "Recommendation", "SimulationReport",
-           "VirtualCheckpointStore", "VirtualTimeExecutor", "experiment_record", "now", "recommend", "simulate",
-           "sleep", "use_gpu_memory"]
+__all__ = ["ExecutorContract", "HANG", "LOSE_HOST", "LOSE_WORKER", "OutOfMemoryError", "PREEMPT", "Recommendation",
+           "SimulationReport", "VirtualCheckpointStore", "VirtualTimeExecutor", "experiment_record", "now",
+           "recommend", "simulate", "sleep", "use_gpu_memory"]

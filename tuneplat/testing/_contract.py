@@ -29,10 +29,12 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from schedulers import Decision
+
 from .._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from .._tuner import Tuner
 from ..core._journal import read_journal
-from ..execution._executor import TrialExecutor
+from ..execution._executor import ExecutorContext, TrialExecutor
 from ..search._domains import grid_search
 from ..storage._checkpoint import Checkpoint
 from ..train._session import get_checkpoint, get_context, report
@@ -275,6 +277,48 @@ class ExecutorContract:
         rec = experiment_record(grid)
         assert [len(t["results"]) for t in rec["trials"]] == [3, 6]  # 1/3 < 0.5; 0.3 + 1/6 < 0.5
         assert [t["decisions"][-1][:2] for t in rec["trials"]] == [(3, "STOP"), (6, "STOP")]
+
+    # ------------------------------------------------------------------ each method, alone
+    def _set_up(self, tmp_path: Any) -> TrialExecutor:
+        executor = self.make_executor()
+        executor.setup(ExecutorContext(trainable=counting, experiment_name="methods",
+                                       experiment_dir=str(tmp_path / "methods"), request={"CPU": 1.0}, world_size=1,
+                                       metric="loss", raw_trainable=counting, say=lambda _text: None))
+        return executor
+
+    def test_commands_for_an_unknown_trial_are_ignored(self, tmp_path: Any) -> None:
+        executor = self._set_up(tmp_path)
+        try:
+            executor.abort("no-such-trial", "stop")
+            executor.fail("no-such-trial", "bad result")
+            executor.answer("no-such-trial", Decision.CONTINUE)
+            assert executor.poll(0.0) == [] and executor.running() == 0
+        finally:
+            executor.close()
+
+    def test_unreserve_gives_the_room_back(self, tmp_path: Any) -> None:
+        executor = self._set_up(tmp_path)
+        try:
+            held = [executor.reserve() for _ in range(self.slots)]
+            assert all(r is not None for r in held)
+            assert executor.reserve() is None  # (every slot is reserved)
+            for r in held:
+                executor.unreserve(r)
+            again = [executor.reserve() for _ in range(self.slots)]
+            assert all(r is not None for r in again), "unreserve() gave the room back"
+            for r in again:
+                executor.unreserve(r)
+        finally:
+            executor.close()
+
+    def test_teardown_twice_and_close_twice(self, tmp_path: Any) -> None:
+        executor = self._set_up(tmp_path)
+        try:
+            assert executor.teardown("first") == []  # nothing ran
+            assert executor.teardown("second") == []
+        finally:
+            executor.close()
+            executor.close()
 
 
 #: ASHA(max_t=9, grace 1, η=3) over floors [0.5, 0.2, 0.8, 0.0, 0.9, 0.1], one trial at a time: where each stopped

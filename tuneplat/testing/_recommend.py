@@ -2,11 +2,20 @@
 
 The recorded learning curves are replayed (see :mod:`tuneplat.testing._simulate`)
 under a small grid of schedulers and settings — ASHA (η and grace period),
-HyperBand, PASHA, the median stopping rule — and beside two baselines computed
-from the curves directly: "train every trial one iteration, then keep the top k
-to the end" and "train everything" (FIFO). Each candidate is scored by the
-trial-seconds it would have spent until some trial reported a value within the
-tolerance of the best value recorded; candidates that never get there rank last.
+HyperBand, PASHA, the median stopping rule — and two baselines: "train every
+trial one iteration, then keep the top k" (replayed as the scheduler that does
+it, ``ASHAScheduler(rung_levels=[1], reduction_factor=n // k)``) and "train
+everything" (FIFO). Each candidate is scored by the trial-seconds it would have
+spent until some trial reported a value within the tolerance of the best value
+recorded; candidates that never get there rank last.
+
+A recorded curve ends where the recorded run's scheduler stopped it. When a
+candidate would have trained such a trial further *before* its figure was
+reached, the replay cannot know what that would have cost: the figure is a
+lower bound (shown ``>=``), an interval with no known upper end. Ranking goes by
+what is known: an exact figure ranks above every bound (a bound may or may not
+beat it), bounds rank among themselves by their lower end, and the winner line
+says when its figure is a bound (only when no candidate has an exact figure).
 The winner is printed as a ready-to-paste constructor and a sweep-file line.
 """
 
@@ -43,10 +52,19 @@ class Candidate:
     best_value: float | None
     truncated: int = 0  # curves that ended (recorded) before this candidate would have stopped them
     note: str = ""
+    #: ``compute_to_target`` (or "never") is only a lower bound: a curve the recorded run cut short ran out
+    #: before it was reached, and this candidate would have trained that trial further meanwhile
+    bound: bool = False
 
     @property
     def reached(self) -> bool:
         return self.compute_to_target is not None
+
+    def figure(self) -> str:
+        """``compute_to_target`` as the table shows it: ``12.3``, ``>=12.3`` (a lower bound), ``never``."""
+        if self.compute_to_target is None:
+            return "never (within the recorded curves)" if self.bound else "never"
+        return f"{'>=' if self.bound else ''}{self.compute_to_target:.1f}"
 
 
 @dataclass
@@ -94,7 +112,7 @@ class Recommendation:
         for c in self.candidates:
             rows.append((
                 c.label,
-                "never" if c.compute_to_target is None else f"{c.compute_to_target:.1f}",
+                c.figure(),
                 f"{c.compute_total:.1f}", str(c.iterations),
                 "-" if c.best_value is None else f"{c.best_value:.6g}",
                 (f"{c.truncated} curve(s) cut short; " if c.truncated else "") + c.note,
@@ -107,7 +125,11 @@ class Recommendation:
         w = self.winner
         if not w.reached:
             lines.append("No candidate reached the target: the tolerance is too tight for these curves.")
-        lines += ["", f"winner: {w.label}", f"  {self.constructor()}", f"  {self.sweep_snippet()}"]
+        head = f"winner: {w.label}"
+        if w.bound and w.reached:
+            head += (f" (its {w.compute_to_target:.1f} trial-s is a lower bound: {w.truncated} curve(s) the recorded "
+                     "run cut short would have trained on before it; no candidate has an exact figure)")
+        lines += ["", head, f"  {self.constructor()}", f"  {self.sweep_snippet()}"]
         if w.note:
             lines.append(f"  ({w.note})")
         return "\n".join(lines)
@@ -145,14 +167,15 @@ def parse_tolerance(text: str | float) -> tuple[float, bool]:
     return value, relative
 
 
-def _compute_to(timeline: list[tuple[float, float, Any]], good: Any) -> float | None:
+def _compute_to(timeline: list[tuple[float, float, Any]], good: Any) -> tuple[float | None, float | None]:
+    """Trial-seconds spent until a result is ``good``, and the virtual time of that result (None, None: never)."""
     spent = 0.0
-    for _, cost, value in timeline:
+    for at, cost, value in timeline:
         spent += cost
         v = _finite(value)
         if v is not None and good(v):
-            return spent
-    return None
+            return spent, at
+    return None, None
 
 
 def _grid(max_t: int) -> list[tuple[str, str, dict[str, Any]]]:
@@ -220,58 +243,43 @@ def recommend(experiment_path: str, *, tolerance: str | float = "1%", slots: int
     max_t = max(len(c) for c in curves.values())
     candidates: list[Candidate] = []
 
-    def add(label: str, name: str, settings: dict[str, Any], report: SimulationReport) -> None:
+    def add(label: str, name: str, settings: dict[str, Any], report: SimulationReport, note: str = "") -> None:
         seen = [v for v in (_finite(x[2]) for x in report.timeline) if v is not None]
         best_seen = (min(seen) if mode == "min" else max(seen)) if seen else None
-        candidates.append(Candidate(label, name, settings, _compute_to(report.timeline, good),
-                                    report.simulated.trial_seconds, report.simulated.iterations, best_seen,
-                                    report.truncated))
+        spent, at = _compute_to(report.timeline, good)
+        # a lower bound when a cut-short curve ran out before the figure was reached (then this scheduler would
+        # have spent more on it meanwhile); at or after it, the extra training comes too late to count
+        bound = any(end < at for end in report.truncated_at) if at is not None else report.truncated > 0
+        candidates.append(Candidate(label, name, settings, spent, report.simulated.trial_seconds,
+                                    report.simulated.iterations, best_seen, report.truncated, note, bound))
 
     add("fifo (train everything)", "FIFOScheduler", {}, probe)
-    for label, name, settings in _grid(max_t):
+    grid = _grid(max_t)
+    n = len(curves)
+    for k in sorted({min(k, n) for k in top_k if k >= 1}):
+        eta = max(2, n // k)
+        grid.append((f"1 iteration each, keep top {k}", "asha",
+                     {"max_t": max_t, "rung_levels": [1], "reduction_factor": eta}))
+    for label, name, settings in grid:
         try:
             report = simulate(path, name, settings, slots=slots, metric=metric, mode=mode)
         except ValueError as exc:  # a setting this experiment cannot take: leave it out, say so in the log
             logger.info("tuneplat: recommend: %s skipped: %s", label, exc)
             continue
+        note = ""
+        if "rung_levels" in settings:
+            note = (f"asynchronous: a trial goes on past iteration 1 when it is in the top 1/"
+                    f"{settings['reduction_factor']} of those seen there so far")
         add(label, {"asha": "ASHAScheduler", "hyperband": "HyperBandScheduler", "pasha": "PASHAScheduler",
-                    "median": "MedianStoppingRule"}[name], settings, report)
-    candidates.extend(_top_k_baselines(curves, metric, mode, good, top_k, max_t))
-    candidates.sort(key=lambda c: (not c.reached, c.compute_to_target if c.reached else 0.0, c.compute_total))
+                    "median": "MedianStoppingRule"}[name], settings, report, note)
+    candidates.sort(key=_rank)
     return Recommendation(path, metric, mode, best, target, margin, slots, candidates)
 
 
-def _top_k_baselines(curves: dict[str, list[dict[str, Any]]], metric: str, mode: str, good: Any,
-                     top_k: tuple[int, ...], max_t: int) -> list[Candidate]:
-    """"One iteration for every trial, then the top k to the end", computed from the curves (synchronous)."""
-    sign = 1.0 if mode == "min" else -1.0
-    firsts = []
-    for tid, curve in curves.items():
-        v = _finite(curve[0].get(metric)) if curve else None
-        firsts.append((sign * v if v is not None else math.inf, tid))
-    firsts.sort()
-    first_timeline = [(0.0, float(c[0].get("time_this_iter_s") or 0.0), c[0].get(metric))
-                      for c in curves.values() if c]
-    out = []
-    n = len(curves)
-    for k in sorted({min(k, n) for k in top_k if k >= 1}):
-        timeline = list(first_timeline)
-        iterations = n
-        truncated = 0
-        for _, tid in firsts[:k]:
-            rest = curves[tid][1:]
-            if len(curves[tid]) < max_t:
-                truncated += 1  # its recording ended early: the baseline could have trained it further
-            iterations += len(rest)
-            timeline += [(0.0, float(r.get("time_this_iter_s") or 0.0), r.get(metric)) for r in rest]
-        total = sum(cost for _, cost, _ in timeline)
-        seen = [v for v in (_finite(x[2]) for x in timeline) if v is not None]
-        best_seen = (min(seen) if mode == "min" else max(seen)) if seen else None
-        eta = max(2, n // k)
-        out.append(Candidate(
-            f"1 iteration each, keep top {k}", "ASHAScheduler",
-            {"max_t": max_t, "rung_levels": [1], "reduction_factor": eta},
-            _compute_to(timeline, good), total, iterations, best_seen, truncated,
-            note=f"the baseline as such; ASHAScheduler(rung_levels=[1], reduction_factor={eta}) is its "
-                 "asynchronous form"))
-    return out
+def _rank(c: Candidate) -> tuple[Any, ...]:
+    """Reached with an exact figure, by figure; then reached with a lower bound, by its lower end (an exact figure
+    is never ranked below a bound that may not beat it); then never reached ("never within the recorded curves",
+    which a longer run might change, before a certain "never"). Ties: less total compute first."""
+    if c.reached:
+        return (0, c.bound, c.compute_to_target, c.compute_total)
+    return (1, not c.bound, 0.0, c.compute_total)

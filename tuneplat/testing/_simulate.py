@@ -81,10 +81,14 @@ class SimulationReport:
     recorded_stops: dict[str, int] = field(default_factory=dict)
     #: every simulated result in virtual-time order: ``(virtual time, trial-seconds of that iteration, metric value)``
     timeline: list[tuple[float, float, Any]] = field(default_factory=list, repr=False)
+    #: the virtual time at which each ``truncated`` curve ran out: from then on the simulated scheduler would
+    #: have trained that trial further, so any figure taken after it is a lower bound
+    truncated_at: list[float] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("timeline", None)
+        out.pop("truncated_at", None)
         return out
 
     def table(self) -> str:
@@ -324,6 +328,7 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
     # from the journal's replay (no DataFrame per trial: --recommend replays many)
     sim_results = {t.trial_id: t.results for t in sim_state.trials}
     truncated = 0
+    truncated_at: list[float] = []
     timeline: list[tuple[float, float, Any]] = []
     cut_short = _cut_short(recorded_state)
     for sim_id, rec in searcher.assigned.items():
@@ -340,6 +345,8 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
             stops[rec.trial_id] = sim_stops[sim_id]
         elif len(sim_curves[rec.trial_id]) >= len(curves[rec.trial_id]) and rec.trial_id in cut_short:
             truncated += 1  # the recorded run's scheduler cut it short here; the simulated one would have gone on
+            ran = sim_curves[rec.trial_id]
+            truncated_at.append(float(ran[-1].get("timestamp") or 0.0) if ran else 0.0)
     first_metric, first_mode = (metric[0], mode[0]) if multi else (metric, mode)
     recorded = _figures(trials, curves, first_metric, first_mode)
     simulated = _figures(sim_trials, sim_curves, first_metric, first_mode)
@@ -353,7 +360,7 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
         experiment=path, metric=metric, mode=mode, scheduler=sched_name, settings=settings, slots=slots,
         recorded=recorded, simulated=simulated,
         truncated=truncated, stops=stops, recorded_stops=_recorded_stops(recorded_state),
-        timeline=sorted(timeline, key=lambda item: item[0]),
+        timeline=sorted(timeline, key=lambda item: item[0]), truncated_at=sorted(truncated_at),
     )
 
 

@@ -75,20 +75,22 @@ from ..execution._executor import (
     Event,
     ExecutorContext,
     Outcome,
+    Preempted,
     RankFailed,
     Reported,
     Saved,
     Started,
+    Starved,
     TrialExecutor,
     TrialSpec,
 )
-from ..execution._failure import INVALID, Failure, exception_types
+from ..execution._failure import HUNG, INVALID, LOST, Failure, exception_types
 from ..execution._trial_io import apply_trial_io
 from ..storage._storage import CheckpointStore, LocalCheckpointStore
 from ..train._session import RankSpec, Session, StopTrial, TrialAborted, _current_session, _set_session
 
-__all__ = ["HANG", "OutOfMemoryError", "VirtualCheckpointStore", "VirtualTimeExecutor", "now", "sleep",
-           "use_gpu_memory"]
+__all__ = ["HANG", "LOSE_HOST", "LOSE_WORKER", "OutOfMemoryError", "PREEMPT", "VirtualCheckpointStore",
+           "VirtualTimeExecutor", "now", "sleep", "use_gpu_memory"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -97,9 +99,32 @@ class _Hang:
     def __repr__(self) -> str:
         return "tuneplat.testing.HANG"
 
+    def __reduce__(self) -> str:  # (copies and pickles of a config holding it are the same sentinel)
+        return "HANG"
+
 
 #: yield this from a curve to make the trial stop reporting (until the tuner aborts it)
 HANG = _Hang()
+
+
+class _Fault:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"tuneplat.testing.{self.name}"
+
+    def __reduce__(self) -> str:  # (copies and pickles of a config holding it are the same sentinel)
+        return self.name
+
+
+#: yield this from a curve: the trial's worker process dies now (the attempt fails as lost, as a killed process)
+LOSE_WORKER = _Fault("LOSE_WORKER")
+#: yield this from a curve: the trial's host leaves the cluster now, its slots with it (nothing replaces them)
+LOSE_HOST = _Fault("LOSE_HOST")
+#: yield this from a curve: the trial's host announces it is leaving (a preemption notice); the group ends after
+#: its next report (checkpointed) and starts again from that checkpoint, as an elastic group does on a cluster
+PREEMPT = _Fault("PREEMPT")
 
 _real_sleep = _time.sleep  # (what sleep() calls outside virtual trials, even where time.sleep was replaced by it)
 
@@ -223,6 +248,7 @@ class _VTrial:
     pending: dict[str, Any] | None = None  # the next result, pulled when the last one was answered
     waiting: bool = False  # a report was sent and not answered yet
     hung: bool = False
+    preempted: bool = False  # its host announced it is leaving: the group ends after its next report
     seq: int = 0  # bumps when the trial's scheduled report is cancelled
     history: list[float] = field(default_factory=list)
 
@@ -353,6 +379,17 @@ class VirtualTimeExecutor(TrialExecutor):
         gpu_memory: the memory of each virtual GPU (``"80GiB"`` or bytes); None:
             unknown (``GPU_memory`` requests are refused, as on a cluster whose
             GPUs ``nvidia-smi`` cannot see, and memory is not enforced).
+        lose_starts: the first this many trial starts lose their worker before the
+            trial runs (``NOT_STARTED``: the tuner places the trial again).
+        hang_timeout_s: a trial that yielded :data:`HANG` fails as hung after this many
+            virtual seconds without a report (the Dask executor's heartbeat limit);
+            None (the default): it stays silent until the tuner aborts it.
+
+    Faults of a running trial come from its curve: it may yield :data:`HANG`,
+    :data:`LOSE_WORKER`, :data:`LOSE_HOST` or :data:`PREEMPT`. When nothing runs and
+    no trial fits the slots left (a host was lost), the executor reports
+    :class:`~tuneplat.execution._executor.Starved` at once: in virtual time nothing
+    would ever free a slot.
 
     Raises:
         ValueError: ``num_slots`` is not an int >= 1, ``gpus`` not an int >= 0, or ``gpu_memory`` not an amount.
@@ -360,7 +397,8 @@ class VirtualTimeExecutor(TrialExecutor):
 
     def __init__(self, num_slots: int = 4, *, iteration_s: float = 1.0, start_s: float = 0.0,
                  curve: Callable[[TrialSpec], Iterable[Any]] | None = None, gpus: int = 0,
-                 gpu_memory: float | str | None = None) -> None:
+                 gpu_memory: float | str | None = None, lose_starts: int = 0,
+                 hang_timeout_s: float | None = None) -> None:
         if not isinstance(num_slots, int) or isinstance(num_slots, bool) or num_slots < 1:
             raise ValueError(f"VirtualTimeExecutor(num_slots={num_slots!r}): must be an int >= 1")
         if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
@@ -378,6 +416,9 @@ class VirtualTimeExecutor(TrialExecutor):
         self.max_running = 0
         self.max_gpu_memory_used = 0.0
         self.num_slots = num_slots
+        self._lose_starts = int(lose_starts)
+        self.hang_timeout_s = hang_timeout_s
+        self._starving = False  # a trial found no room while nothing ran (see poll)
         self.iteration_s = float(iteration_s)
         self.start_s = float(start_s)
         self._curve = curve
@@ -439,6 +480,7 @@ class VirtualTimeExecutor(TrialExecutor):
     def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> _VRes | None:
         need = self.ctx.world_size if world_size is None else world_size
         if self._free < need:
+            self._starving = self.running() == 0  # nothing will ever free a slot for it
             return None
         share = self._gpu_share(self.ctx.request if request is None else request)
         devices: list[list[tuple[int, float]]] = []
@@ -556,6 +598,11 @@ class VirtualTimeExecutor(TrialExecutor):
         return where
 
     def _start(self, spec: TrialSpec, reservation: int) -> None:
+        if self._lose_starts > 0:  # its worker is lost before the trial runs: placed again by the tuner
+            self._lose_starts -= 1
+            self._free_memory(spec.trial_id)
+            self._ready.append(Ended(spec.trial_id, Outcome.NOT_STARTED, "a worker was lost before the trial started"))
+            return
         if not self._curves:
             self._start_thread(spec, reservation)
             return
@@ -591,7 +638,9 @@ class VirtualTimeExecutor(TrialExecutor):
         if vt is None or not vt.waiting:
             return
         vt.waiting = False
-        if decision is Decision.CONTINUE:
+        if decision is Decision.CONTINUE and vt.preempted:  # its checkpoint is committed: start again elsewhere
+            self._end(vt, Outcome.RESIZED, f"host of trial {trial_id} preempted", preempted=True)
+        elif decision is Decision.CONTINUE:
             self._advance(vt, 0.0)
         else:
             self._end(vt, Outcome.FINISHED)
@@ -622,6 +671,11 @@ class VirtualTimeExecutor(TrialExecutor):
         if self._ready:
             events, self._ready = self._ready, []
             return events
+        if self._starving and self.running() == 0 and not self._heap:
+            self._starving = False
+            return [Starved(f"no virtual slot can take this trial ({self._free} of {self.num_slots} left after "
+                            "lost hosts)")]
+        self._starving = False
         limit = None if timeout is None else self._now + timeout
         while self._heap:
             when, _, trial_id, seq = self._heap[0]
@@ -639,7 +693,13 @@ class VirtualTimeExecutor(TrialExecutor):
                 if vt is None or vt.seq != seq:
                     continue  # (ended or rescheduled meanwhile)
                 self._now = max(self._now, when)
-                self._report(vt)
+                if vt.hung:  # silent past the heartbeat limit
+                    message = (f"rank 0 on virtual:{trial_id} sent nothing for {self.hang_timeout_s:g}s (hung or "
+                               "stopped; TUNEPLAT_HEARTBEAT_TIMEOUT_S)")
+                    self._ready.append(RankFailed(trial_id, vt.spec.attempt, message))
+                    self._end(vt, Outcome.FAILED, message, failure=Failure(HUNG, (), 0, "virtual", message))
+                else:
+                    self._report(vt)
             if self._ready:
                 events, self._ready = self._ready, []
                 return events
@@ -865,7 +925,24 @@ class VirtualTimeExecutor(TrialExecutor):
             self._fail(vt, exc)
             return
         if nxt is HANG:
-            vt.hung = True  # never reports again: only an abort ends it
+            vt.hung = True  # never reports again: only an abort ends it (or the heartbeat limit, when set)
+            if self.hang_timeout_s is not None:
+                vt.seq += 1
+                heapq.heappush(self._heap, (self._now + delay + self.hang_timeout_s, next(self._counter),
+                                            vt.spec.trial_id, vt.seq))
+            return
+        if nxt is PREEMPT:
+            vt.preempted = True
+            self._ready.append(Preempted(vt.spec.trial_id, "virtual", "the host is leaving"))
+            self._advance(vt, delay)
+            return
+        if nxt is LOSE_WORKER or nxt is LOSE_HOST:
+            message = f"rank 0 on virtual:{vt.spec.trial_id} lost its connection (its process or Dask worker died)"
+            if nxt is LOSE_HOST:  # its slots leave the cluster with it
+                self.num_slots -= vt.slots
+                self._free -= vt.slots
+            self._ready.append(RankFailed(vt.spec.trial_id, vt.spec.attempt, message))
+            self._end(vt, Outcome.FAILED, message, failure=Failure(LOST, (), 0, "virtual", message))
             return
         if not isinstance(nxt, dict):
             self._fail(vt, TypeError(f"a curve yielded {type(nxt).__name__}, not a dict of metrics"))
@@ -906,9 +983,10 @@ class VirtualTimeExecutor(TrialExecutor):
         self._end(vt, Outcome.FAILED, message, tb, Failure.of_exception(exc, message, 0))
 
     def _end(self, vt: _VTrial, outcome: Outcome, message: str | None = None, tb: str | None = None,
-             failure: Failure | None = None) -> None:
+             failure: Failure | None = None, preempted: bool = False) -> None:
         if self._trials.pop(vt.spec.trial_id, None) is None:
             return
         vt.seq += 1  # cancels its scheduled report
         self._free_memory(vt.spec.trial_id)
-        self._ready.append(Ended(vt.spec.trial_id, outcome, message, tb, failure=failure))
+        self._ready.append(Ended(vt.spec.trial_id, outcome, message, tb, world_size=vt.slots, failure=failure,
+                                 preempted=preempted))

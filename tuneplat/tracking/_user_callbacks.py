@@ -125,14 +125,19 @@ def adapt_callbacks(callbacks: Sequence[Any] | None) -> list[ControllerCallback]
         TypeError: an entry is neither a :class:`tuneplat.Callback` nor an internal controller callback.
     """
     out: list[ControllerCallback] = []
+    from ..train._callback import UserCallback, UserCallbackAdapter
+
     for i, cb in enumerate(callbacks or []):
         if isinstance(cb, Callback):
             out.append(_Adapter(cb))
+        elif isinstance(cb, UserCallback):  # Ray Train V2's (after_report / after_exception)
+            out.append(UserCallbackAdapter(cb))
         elif isinstance(cb, ControllerCallback):
             out.append(cb)
         else:
             raise TypeError(
                 f"RunConfig.callbacks[{i}] is {cb!r} ({type(cb).__name__}); every callback must be an instance of "
-                "a tuneplat.Callback subclass (the port of ray.tune.Callback): `class MyCallback(tune.Callback)`."
+                "a tuneplat.Callback subclass (the port of ray.tune.Callback): `class MyCallback(tune.Callback)`, "
+                "or of tuneplat.train.UserCallback (Ray Train V2's)."
             )
     return out

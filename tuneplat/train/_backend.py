@@ -34,8 +34,12 @@ import contextlib
 import json
 import logging
 import socket
+import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
+
+from .._settings import env_seconds
 
 __all__ = ["Backend", "BackendConfig", "RankGroup", "get_rank_group"]
 
@@ -182,8 +186,54 @@ class RankGroup:
         self.all_gather(None)
 
     def close(self) -> None:
-        """Drop this rank's handle on the store (rank 0's ends the store)."""
-        self.store = None
+        """Drop this rank's handle on the store; rank 0's ends the store once every rank has (see ``_leave_store``)."""
+        store, self.store = self.store, None
+        if store is not None:
+            _leave_store(store, self.spec)
+
+
+def _store_linger_s() -> float:
+    """The longest rank 0 keeps the group's rendezvous store open for ranks that have not finished (seconds)."""
+    return env_seconds("TUNEPLAT_STORE_LINGER_S", 60)
+
+
+def _exit_key(rank: int) -> str:
+    return f"tuneplat/exit/{rank}"
+
+
+def _leave_store(store: Any, spec: Any) -> None:
+    """The group's final barrier, on the rendezvous store that rank 0 hosts.
+
+    A rank that finished says so in the store; rank 0 keeps its store open until
+    every other rank has said so (``TUNEPLAT_STORE_LINGER_S`` at most: a rank that died never
+    will). Without it, rank 0 closing the store as its function returns makes a
+    slower rank still using it (in ``init_process_group``'s store barrier, or any
+    store operation) fail with ``DistNetworkError: Failed to recv``. Rank 0 waits in
+    a thread of its own, so its task (and its worker slot) is free at once.
+    """
+    if store is None:
+        return
+    if spec.rank != 0:
+        try:
+            store.set(_exit_key(spec.rank), b"1")
+        except Exception:  # noqa: BLE001 - rank 0's store is gone already (it waited its linger, or died)
+            logger.debug("tuneplat: trial %s rank %d: the rendezvous store is gone", spec.trial_id, spec.rank,
+                         exc_info=True)
+        return
+    others = [_exit_key(r) for r in range(1, spec.world_size)]
+    if not others:
+        return
+
+    linger_s = _store_linger_s()
+
+    def linger(store: Any) -> None:  # (the thread holds the last reference: the store's server closes after it)
+        try:
+            store.wait(others, timedelta(seconds=linger_s))
+        except Exception:  # noqa: BLE001 - a rank that never finished (it died, or runs on past the bound)
+            logger.debug("tuneplat: trial %s: not every rank left the rendezvous store in %s s", spec.trial_id,
+                         linger_s, exc_info=True)
+
+    threading.Thread(target=linger, args=(store,), name=f"tuneplat-store-{spec.trial_id}", daemon=True).start()
 
 
 def get_rank_group() -> RankGroup | None:

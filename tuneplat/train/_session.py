@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import socket
 import sys
@@ -17,7 +18,14 @@ from .._settings import env_seconds
 from ..execution import _protocol as proto
 from ..execution._wire import max_report_bytes
 from ..storage._checkpoint import Checkpoint
-from ..storage._storage import checkpoint_name, is_remote, remote_stage_checkpoint, stage_checkpoint
+from ..storage._storage import (
+    checkpoint_name,
+    is_remote,
+    remote_stage_checkpoint,
+    reported_checkpoints,
+    stage_checkpoint,
+    write_checkpoint_metrics,
+)
 from ._telemetry import RankMonitor
 
 __all__ = [
@@ -90,6 +98,7 @@ class RankSpec:
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
     rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
+    cpus: float = 1.0  # the CPU slots the rank holds on its host (2 or more: its thread pools use that many)
     #: how long the rank tries to authenticate with the tuner: 3/4 of its start timeout (the tuner gives up then,
     #: so the rank's own failure, with its cause, comes first)
     connect_within_s: float = field(default_factory=lambda: 0.75 * env_seconds("TUNEPLAT_START_TIMEOUT_S", 90))
@@ -220,6 +229,9 @@ class Session:
         self.save_requested = False  # the last report's answer asked for a checkpoint of that step
         self.checkpoint_requested = False  # the last report's answer said "checkpoint now" (should_checkpoint())
         self.cleanups: list[Any] = []  # run by the runner when the trial's user code has ended (setup_mlflow's)
+        #: run (once) by the heartbeat thread when the tuner hung up while user code runs: they release user code
+        #: blocked where the tuner cannot reach it (a collective waiting for a peer that is gone)
+        self.on_tuner_lost: list[Any] = []
         self.backend_group: Any = None  # the rank's train._backend.RankGroup while its trial runs
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
         self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
@@ -240,6 +252,20 @@ class Session:
         else:
             stage_checkpoint(folder, self.spec.trial_dir, name)
 
+    def _keep_metrics(self, result: dict[str, Any]) -> None:
+        name = checkpoint_name(self.iteration)
+        if self.spec.remote_trial_dir is not None:
+            write_checkpoint_metrics(self.spec.remote_trial_dir, name, result, self.spec.storage_fs)
+        else:
+            write_checkpoint_metrics(self.spec.trial_dir, name, result)
+
+    def reported_checkpoints(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
+        """The trial's committed checkpoints (every attempt's, as retention left them), oldest first."""
+        if self.spec.remote_trial_dir is not None:
+            fs = self.spec.storage_fs
+            return [(Checkpoint(p, fs), m) for p, m in reported_checkpoints(self.spec.remote_trial_dir, fs)]
+        return [(Checkpoint(p), m) for p, m in reported_checkpoints(self.spec.trial_dir)]
+
     def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None:
         if self.stopped:
             raise StopTrial()
@@ -258,7 +284,9 @@ class Session:
             else:
                 self._stage(checkpoint.path)
             staged = True
-        result = None
+        result: dict[str, Any] | None = None
+        if self.spec.rank != 0:  # its own metrics, for Ray V2's UserCallback.after_report (metrics[rank])
+            result = {str(k): _plain(v) for k, v in metrics.items()}
         if self.spec.rank == 0:
             result = {str(k): _plain(v) for k, v in metrics.items()}
             result.update(
@@ -272,6 +300,8 @@ class Session:
                 hostname=self.hostname,
             )
             result.update(gpu_memory())
+            if staged:  # kept beside the checkpoint for get_all_reported_checkpoints()
+                self._keep_metrics(result)
         self.last_report_time = now
         self.monitor.on_report(metrics)
         self.monitor.state = "reporting"  # waiting for the tuner's decision (every rank of the group reports)
@@ -286,7 +316,7 @@ class Session:
             notice = reply.notice  # a worker of the group is leaving: checkpoint now
             self.checkpoint_requested = bool(notice)
             if notice is not None:
-                self.preemption = PreemptionInfo(list(notice.get("ranks", [])), None, str(notice.get("reason", "")))
+                self.preemption = preemption_from_notice(notice)
             if reply.decision is not Decision.CONTINUE:
                 self.stopped = True
                 raise StopTrial()
@@ -419,8 +449,26 @@ class Heartbeat:
                     stats = None
                 session.send(proto.Ping(stats))
             except OSError:
+                _tuner_lost(session)
                 if not session.finished.wait(session.spec.abort_grace_s):
                     os._exit(70)
+
+
+def _tuner_lost(session: Session) -> None:
+    """The tuner hung up on a running trial (it aborted the group): release what user code may be blocked in.
+
+    A rank blocked in a collective whose peer vanished (its host's link cut: no
+    FIN ever comes) would wait for the collective's own timeout, and the worker
+    process would then be ended after ``abort_grace_s``; the hooks (the torch
+    backend's: shut the process group's connections) make the collective fail
+    now, so user code unwinds and the worker stays usable for the next attempt.
+    """
+    hooks, session.on_tuner_lost = session.on_tuner_lost, []
+    for hook in hooks:
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - best effort: the abort grace still bounds the wait
+            logging.getLogger("tuneplat").debug("tuneplat: a tuner-lost hook failed", exc_info=True)
 
 
 _local = threading.local()
@@ -495,11 +543,37 @@ class CheckpointUploadMode(enum.Enum):
 
 @dataclass(frozen=True)
 class PreemptionInfo:
-    """A notice that this rank's worker is going away (Ray Train V2's ``ray.train.PreemptionInfo``)."""
+    """A notice that workers of this group are going away (Ray Train V2's ``ray.train.PreemptionInfo``).
 
-    preempted_ranks: list[int]
-    deadline_ms: int | None = None
+    Attributes:
+        deadline_ms: when they go (UNIX time in milliseconds), None when unknown (Dask announces no deadline).
+        preempted_node_to_ranks: each leaving node (the Dask worker's address) to the world ranks it runs.
+        reason: why, in words (tuneplat's addition).
+    """
+
+    deadline_ms: int | None
+    preempted_node_to_ranks: dict[str, list[int]]
     reason: str = ""
+
+    @property
+    def preempted_node_ids(self) -> list[str]:
+        """The leaving nodes, sorted."""
+        return sorted(self.preempted_node_to_ranks)
+
+    @property
+    def preempted_ranks(self) -> list[int]:
+        """Every rank on a leaving node, ascending."""
+        return sorted({r for ranks in self.preempted_node_to_ranks.values() for r in ranks})
+
+
+def preemption_from_notice(notice: dict[str, Any]) -> PreemptionInfo:
+    """The :class:`PreemptionInfo` of a notice the tuner sent (``{"ranks", "nodes", "reason"}``)."""
+    nodes = {str(k): sorted(int(r) for r in v) for k, v in dict(notice.get("nodes") or {}).items()}
+    listed = {r for v in nodes.values() for r in v}
+    rest = sorted(int(r) for r in notice.get("ranks", []) if int(r) not in listed)
+    if rest:  # (a rank whose node is not named: keyed by its rank)
+        nodes.update({f"rank-{r}": [r] for r in rest})
+    return PreemptionInfo(None, nodes, str(notice.get("reason", "")))
 
 
 def get_preemption_info() -> PreemptionInfo | None:
@@ -591,27 +665,3 @@ def get_context() -> TrainContext:
     """
     session = current_session()
     return session.context if session is not None else TrainContext(None)
-
-
-def _monitor() -> RankMonitor | None:
-    session = current_session()
-    return getattr(session, "monitor", None) if session is not None else None
-
-
-def count_samples(n: int, waited_s: float | None = None) -> None:
-    """Count a batch of ``n`` samples (and the time spent waiting for it) for this rank's throughput.
-
-    Called by :func:`tuneplat.train.torch.prepare_data_loader`'s loader for
-    every batch; dataset shards call it too. A no-op outside a trial.
-    """
-    m = _monitor()
-    if m is not None:
-        m.on_batch(n, waited_s)
-
-
-def note_data_wait(seconds: float) -> None:
-    """Add time this rank spent waiting for data without drawing a batch. A no-op outside a trial."""
-    m = _monitor()
-    if m is not None:
-        m.wait_known = True
-        m.data_wait_s += seconds

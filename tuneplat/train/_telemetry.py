@@ -28,13 +28,9 @@ __all__ = ["RankMonitor", "system_metrics_period"]
 
 logger = logging.getLogger("tuneplat")
 
-#: how often a rank samples CPU, memory and GPU (0 turns system metrics off)
-SYSTEM_METRICS_S = env_seconds("TUNEPLAT_SYSTEM_METRICS_S", 5)
-
-
 def system_metrics_period() -> float:
     """Seconds between system-metric samples (``TUNEPLAT_SYSTEM_METRICS_S``, default 5; 0: off), read by the tuner."""
-    return env_seconds("TUNEPLAT_SYSTEM_METRICS_S", SYSTEM_METRICS_S)
+    return env_seconds("TUNEPLAT_SYSTEM_METRICS_S", 5)
 
 
 class _Gpu:
@@ -83,9 +79,9 @@ class _Gpu:
 class RankMonitor:
     """One rank's counters (written by the training thread) and sampled system metrics (read by the heartbeat)."""
 
-    def __init__(self, rank: int, gpu_ids: list[int], system_metrics_s: float = SYSTEM_METRICS_S) -> None:
+    def __init__(self, rank: int, gpu_ids: list[int], system_metrics_s: float | None = None) -> None:
         self.rank = rank
-        self.period = system_metrics_s
+        self.period = system_metrics_period() if system_metrics_s is None else system_metrics_s
         self.device = f"cuda:{gpu_ids[0]}" if gpu_ids else "cpu"
         self.state = "starting"
         self.steps = 0  # batches drawn from a prepared loader, else reports

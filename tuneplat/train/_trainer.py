@@ -9,16 +9,14 @@ from typing import Any
 
 from .._config import RunConfig, ScalingConfig
 from .._signing import SignatureError, check_file, sign_file
+from ..execution._errors import PlacementError
 from ..trainables._base import ConvertibleTrainer, TrainerParts
+from ._errors import ControllerError, TrainingFailedError, fit_error
 from ._session import current_session
 
 logger = logging.getLogger("tuneplat")
 
 __all__ = ["DataParallelTrainer", "TorchTrainer", "TrainingFailedError"]
-
-
-class TrainingFailedError(RuntimeError):
-    """``TorchTrainer.fit()`` failed; the cause holds the rank's traceback."""
 
 
 def _with_loop_config(fn: Callable[..., Any], backend_config: Any = None, resume_from_checkpoint: Any = None
@@ -68,28 +66,80 @@ def _nested_run(run_config: RunConfig | None) -> RunConfig:
     return dataclasses.replace(rc, **changes) if changes else rc
 
 
+def _journal_of(run_config: RunConfig) -> tuple[str, Any, str] | None:
+    """``(folder or URL, remote fsspec filesystem or None, journal text)`` of ``storage_path/name``; None without one."""
+    import os
+
+    from ..storage._storage import resolve_storage, rjoin
+
+    if not run_config.name:
+        return None
+    try:
+        storage = resolve_storage(run_config.storage_path, run_config.storage_filesystem)
+    except ValueError:
+        return None
+    if storage.fs is not None:
+        url = storage.remote_experiment(run_config.name)
+        assert url is not None
+        try:
+            text = storage.fs.cat_file(rjoin(url, "journal.jsonl")).decode("utf-8", errors="replace")
+        except (FileNotFoundError, OSError):
+            return None
+        return url, storage.fs, text
+    folder = os.path.join(storage.local_root, run_config.name)
+    try:
+        with open(os.path.join(folder, "journal.jsonl"), encoding="utf-8", errors="replace") as f:
+            return folder, None, f.read()
+    except OSError:
+        return None
+
+
 def _earlier_run(run_config: RunConfig) -> str | None:
     """Ray Train V2 inside a retried Tune trial: the run of the same ``storage_path`` and ``name`` continues.
 
-    The folder of an earlier run with that name that recorded a trial (a local
-    or ``file://`` storage path), else None (a new run).
+    The folder (or remote URL) of an earlier run with that name that recorded a trial, else None (a new run).
     """
-    import os
-
-    from ..storage._storage import resolve_storage_path
-
-    storage = run_config.storage_path
-    if not run_config.name or (storage is not None and "://" in str(storage) and not str(storage).startswith("file:")):
-        return None
-    folder = os.path.join(resolve_storage_path(storage), run_config.name)
-    try:
-        with open(os.path.join(folder, "journal.jsonl"), encoding="utf-8", errors="replace") as f:
-            recorded = any('"trial_add"' in line for line in f)
-    except OSError:
+    found = _journal_of(run_config)
+    if found is None or '"trial_add"' not in found[2]:
         return None
     from .._tuner import Tuner
 
-    return folder if recorded and Tuner.can_restore(folder) else None
+    return found[0] if Tuner.can_restore(found[0], storage_filesystem=found[1]) else None
+
+
+class _PlacementFailed(ControllerError, PlacementError):
+    """``fit()`` of a group that can never be placed: a ``ControllerError`` (Ray V2) that is a ``PlacementError``."""
+
+
+def _unfinished_run(run_config: RunConfig) -> str | None:
+    """The folder (or remote URL) of a run with this ``storage_path``/``name`` that did not finish.
+
+    None when there is none, or when every trial of it ended TERMINATED (then ``fit()`` starts afresh and the
+    old run moves aside, as a Tuner's rerun does). Read from the run's journal: each trial's last ``trial_end``.
+    """
+    import json
+
+    folder = _earlier_run(run_config)
+    if folder is None:
+        return None
+    found = _journal_of(run_config)
+    assert found is not None
+    added: set[str] = set()
+    last: dict[str, str] = {}
+    for line in found[2].splitlines():
+        if '"trial_add"' not in line and '"trial_end"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line torn by the crash
+        if event.get("event") == "trial_add":
+            added.add(str(event.get("trial_id")))
+        elif event.get("event") == "trial_end":
+            last[str(event.get("trial_id"))] = str(event.get("status"))
+    if added and all(last.get(t) == "TERMINATED" for t in added):
+        return None
+    return folder
 
 
 class DataParallelTrainer(ConvertibleTrainer):
@@ -115,9 +165,14 @@ class DataParallelTrainer(ConvertibleTrainer):
     def __init__(self, train_loop_per_worker: Callable[..., Any], *, train_loop_config: Mapping[str, Any] | None = None,
                  scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
                  torch_config: Any = None, datasets: Any = None, client: Any = None, metadata: Any = None,
-                 resume_from_checkpoint: Any = None, backend_config: Any = None, dataset_config: Any = None) -> None:
+                 resume_from_checkpoint: Any = None, backend_config: Any = None, dataset_config: Any = None,
+                 validation_config: Any = None) -> None:
         if not callable(train_loop_per_worker):
             raise TypeError(f"train_loop_per_worker must be a function, got {type(train_loop_per_worker).__name__}")
+        if validation_config is not None:
+            raise NotImplementedError(f"{self._name}(validation_config=...) (Ray Train V2's checkpoint validation "
+                                      "tasks) is not ported: validate inside train_loop_per_worker and report the "
+                                      "result with the checkpoint's metrics.")
         if resume_from_checkpoint is not None:
             from ..storage._checkpoint import Checkpoint
 
@@ -137,6 +192,11 @@ class DataParallelTrainer(ConvertibleTrainer):
         self.dataset_config: Any = dataset_config
         self._sources: dict[str, Any] | None = None
         self._dataset_names: list[str] = []
+        if datasets is not None and self.scaling_config.num_workers == 0:
+            raise NotImplementedError(
+                f"{self._name}(datasets=...) with ScalingConfig(num_workers=0) (local mode): datasets are sharded "
+                "through the Dask cluster, which local mode does not start. Use num_workers=1, or read the data "
+                "inside the training function.")
         if datasets is not None or dataset_config is not None:
             from .data._config import DataConfig
             from .data._source import as_sources
@@ -194,14 +254,35 @@ class DataParallelTrainer(ConvertibleTrainer):
 
         from .._tuner import Tuner
 
+        if self.scaling_config.num_workers == 0:  # Ray Train V2's local mode
+            from ._local import run_local
+
+            return run_local(self, _with_loop_config(self.train_loop_per_worker))
         run_config = self.run_config
+        logging_config: Any = getattr(run_config, "logging_config", None)
+        if logging_config is not None and hasattr(logging_config, "apply"):  # Ray Train V2's LoggingConfig
+            logging_config.apply()
         restore_path = self._restore_path
         if current_session() is not None:  # inside a Tune trial (Ray Train V2's Train-in-Tune): see _nested_run
             run_config = _nested_run(run_config)
             restore_path = restore_path or _earlier_run(run_config)
+        elif restore_path is None and run_config is not None:
+            # Ray Train V2's job-level fault tolerance: the script run again with the same RunConfig(storage_path=,
+            # name=) continues a run that did not finish; a finished one moves aside (the Tuner's rerun note)
+            restore_path = _unfinished_run(run_config)
+            if restore_path is not None:
+                logger.warning("tuneplat: %s: %s holds a run of the same name that did not finish; it resumes "
+                               "(each rank's train.get_checkpoint() is its latest checkpoint). To start afresh "
+                               "instead, give RunConfig(name=...) another name.", f"{self._name}.fit()",
+                               restore_path)
         if restore_path is not None:
+            from ..storage._storage import is_remote
+
+            fs = run_config.storage_filesystem if run_config is not None and is_remote(restore_path) else None
             tuner = Tuner.restore(restore_path, self, resume_errored=True, client=self.client,
-                                  run_config=run_config if run_config is not self.run_config else None)
+                                  run_config=run_config if run_config is not self.run_config or fs is not None
+                                  else None,  # (a remote filesystem's credentials are not saved with the run)
+                                  storage_filesystem=fs)
         else:
             tuner = Tuner(self, run_config=run_config, client=self.client)
             try:  # what restore() needs when it is not given the training function again (Ray's trainer.pkl)
@@ -213,11 +294,13 @@ class DataParallelTrainer(ConvertibleTrainer):
             except Exception:  # noqa: BLE001 - restore then needs train_loop_per_worker=
                 pass
         tuner._caller = f"{self._name}.fit()"
-        tuner._chdir_to_trial_dir = False  # Ray Train V2: a Trainer's workers keep their working directory
         tuner._auto_file_loggers = current_session() is None  # inside a trial: the trial's files are the record
-        result = tuner.fit()[0]
+        try:
+            result = tuner.fit()[0]
+        except PlacementError as exc:  # the group can never be placed: Ray V2's ControllerError (still a PlacementError)
+            raise _PlacementFailed(exc) from exc
         if result.error is not None:
-            raise TrainingFailedError(f"Training failed: {result.error}") from result.error
+            raise fit_error(result.error) from result.error
         status = getattr(result, "status", "TERMINATED")
         if status != "TERMINATED":  # ended before it finished (interrupted, or no worker could take it)
             raise TrainingFailedError(f"Training did not finish: the run is {status} (the log above says why; "
@@ -281,7 +364,10 @@ class DataParallelTrainer(ConvertibleTrainer):
             raise ValueError(f"{path} has no {_TRAINER_FILE}: pass the training function again, "
                              f"{cls.__name__}.restore({path!r}, train_loop_per_worker=...).")
         if not cls.can_restore(folder):
-            raise FileNotFoundError(f"{path} is not a run that can be restored (no readable journal.jsonl).")
+            from ..core._replay import restore_problem
+
+            raise FileNotFoundError(f"{path} is not a run that can be restored: "
+                                    f"{restore_problem(folder) or 'no readable journal.jsonl'}")
         fn = train_loop_per_worker or saved.train_loop_per_worker  # type: ignore[union-attr]
         names = list(getattr(saved, "_dataset_names", None) or [])
         if names and kwargs.get("datasets") is None:
@@ -314,11 +400,12 @@ class TorchTrainer(DataParallelTrainer):
                  torch_config: Any = None, scaling_config: ScalingConfig | None = None,
                  run_config: RunConfig | None = None, datasets: Any = None, dataset_config: Any = None,
                  metadata: Any = None, resume_from_checkpoint: Any = None, client: Any = None,
-                 backend_config: Any = None) -> None:
+                 backend_config: Any = None, validation_config: Any = None) -> None:
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config, scaling_config=scaling_config,
                          run_config=run_config, torch_config=torch_config, datasets=datasets, client=client,
                          metadata=metadata, resume_from_checkpoint=resume_from_checkpoint,
-                         backend_config=backend_config, dataset_config=dataset_config)
+                         backend_config=backend_config, dataset_config=dataset_config,
+                         validation_config=validation_config)
 
     def _check_backend_config(self, config: Any) -> Any:
         if config is not None and not _is_torch_config(config):

@@ -46,8 +46,10 @@ class MLflowLoggerCallback(LoggerCallback):
     """Log the experiment to MLflow (``ray.air.integrations.mlflow.MLflowLoggerCallback``).
 
     Args:
-        tracking_uri: where to log; None: ``$MLFLOW_TRACKING_URI``, else a sqlite
-            store in ``storage_path`` (Ray's default is ``./mlruns``).
+        tracking_uri: where to log; None: MLflow's default, as in Ray (``$MLFLOW_TRACKING_URI``, else
+            MLflow's own default, ``mlflow.get_tracking_uri()``: ``sqlite:///mlflow.db`` in the working
+            directory for MLflow 3), so ``mlflow.get_experiment_by_name(...)`` in the same script finds it.
+            (Without this callback, tuneplat's mirror logs to a sqlite store in ``storage_path``.)
         registry_uri: accepted (the tracking URI serves the registry).
         experiment_name: the MLflow experiment (default: the tuneplat experiment's name).
         tags: tags of the experiment's parent run.
@@ -96,8 +98,13 @@ def mirror_config(run_config: Any) -> Any:
         if mine is not None and theirs is not None and mine != theirs:
             raise ValueError(f"MLflowLoggerCallback({name}={mine!r}) and RunConfig(mlflow=MLflowConfig({name}="
                              f"{theirs!r})) disagree; give it in one place.")
+    uri = cb.tracking_uri or cfg.tracking_uri
+    if uri is None:  # the user named MLflow's callback: MLflow's default ($MLFLOW_TRACKING_URI, else MLflow's own)
+        import mlflow
+
+        uri = mlflow.get_tracking_uri()
     merged = dataclasses.replace(
-        cfg, tracking_uri=cb.tracking_uri or cfg.tracking_uri, experiment_name=cb.experiment_name or cfg.experiment_name,
+        cfg, tracking_uri=uri, experiment_name=cb.experiment_name or cfg.experiment_name,
         log_checkpoints=cb.save_artifact, tags={**dict(cfg.tags or {}), **{str(k): str(v) for k, v in cb.tags.items()}},
     )
     return dataclasses.replace(run_config, mlflow=merged)

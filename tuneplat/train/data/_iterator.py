@@ -194,20 +194,34 @@ def _index(v: Any, perm: Any) -> Any:
     return v[torch.from_numpy(perm)]
 
 
-def _take(chunks: collections.deque[dict[str, Any]], n: int) -> dict[str, Any]:
-    """The first ``n`` rows of the queued chunks (removed from the queue)."""
+class _Queued:
+    """A chunk being cut into batches: rows ``offset:`` are still to be handed out (no re-slicing of the rest)."""
+
+    __slots__ = ("chunk", "offset", "rows")
+
+    def __init__(self, chunk: dict[str, Any], rows: int) -> None:
+        self.chunk = chunk
+        self.offset = 0
+        self.rows = rows
+
+
+def _take(queued: collections.deque[_Queued], n: int) -> dict[str, Any]:
+    """The next ``n`` rows of the queued chunks (chunks used up leave the queue)."""
     pieces: list[dict[str, Any]] = []
     need = n
     while need > 0:
-        chunk = chunks[0]
-        rows = len(next(iter(chunk.values()))) if chunk else 0
-        if rows <= need:
-            pieces.append(chunks.popleft())
-            need -= rows
+        q = queued[0]
+        lo = q.offset
+        hi = min(q.rows, lo + need)
+        if lo == 0 and hi == q.rows:
+            pieces.append(q.chunk)
         else:
-            pieces.append({k: v[:need] for k, v in chunk.items()})
-            chunks[0] = {k: v[need:] for k, v in chunk.items()}
-            need = 0
+            pieces.append({k: v[lo:hi] for k, v in q.chunk.items()})
+        need -= hi - lo
+        if hi == q.rows:
+            queued.popleft()
+        else:
+            q.offset = hi
     if len(pieces) == 1:
         return pieces[0]
     return {k: _cat([p[k] for p in pieces]) for k in pieces[0]}
@@ -225,13 +239,14 @@ def _batched(chunks: Iterator[dict[str, Any]], batch_size: int | None, drop_last
     if shuffle_buffer:
         yield from _shuffled(chunks, batch_size, drop_last, shuffle_buffer, rng)
         return
-    queued: collections.deque[dict[str, Any]] = collections.deque()
+    queued: collections.deque[_Queued] = collections.deque()
     held = 0
     for chunk in chunks:
-        if not _rows(chunk):
+        rows = _rows(chunk)
+        if not rows:
             continue
-        queued.append(chunk)
-        held += _rows(chunk)
+        queued.append(_Queued(chunk, rows))
+        held += rows
         while held >= batch_size:
             yield _take(queued, batch_size)
             held -= batch_size

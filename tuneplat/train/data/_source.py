@@ -24,7 +24,7 @@ import logging
 import os
 from typing import Any
 
-from ._parquet import PlainParquet, plain_parquet_of, resolve_parquet
+from ._parquet import TIMEOUT_FIX, PartitionError, PlainParquet, bounded, plain_parquet_of, resolve_parquet
 
 __all__ = ["ACCEPTED", "INLINE_LIMIT", "PartitionError", "Source", "as_source", "as_sources"]
 
@@ -39,10 +39,6 @@ INLINE_LIMIT = 16 * 2**20
 
 _CSV_SUFFIXES = (".csv", ".tsv", ".txt")
 _COMPRESSION = (".gz", ".bz2", ".xz", ".zst", ".zip")
-
-
-class PartitionError(RuntimeError):
-    """Computing one partition of a dataset failed on the cluster; ``__cause__`` is the original exception."""
 
 
 def _count(part: Any) -> list[int]:
@@ -247,8 +243,10 @@ def _from_paths(name: str, paths: list[str], timeout: float | None) -> Source:
 
     suffixes = {_suffix(p) for p in paths}
     shown = paths[0] if len(paths) == 1 else f"{paths[0]!r} and {len(paths) - 1} more"
-    if suffixes <= set(_CSV_SUFFIXES):
-        return Source(name, "frame", dd.read_csv(paths if len(paths) > 1 else paths[0]), f"CSV files {shown}")
+    if suffixes <= set(_CSV_SUFFIXES):  # (Dask lists the files and reads a sample now: bounded like Parquet's reads)
+        ddf = bounded(lambda: dd.read_csv(paths if len(paths) > 1 else paths[0]), timeout,
+                      lambda: f"dataset {name!r}: reading {shown}", TIMEOUT_FIX)
+        return Source(name, "frame", ddf, f"CSV files {shown}")
     if suffixes <= {".parquet", ".pq", ".parq", ""}:  # a directory of parquet files, or a glob without a suffix
         return _plain(name, resolve_parquet(name, paths, timeout))
     raise ValueError(f"datasets[{name!r}] = {shown}: cannot tell the file format from the suffixes "

@@ -354,10 +354,9 @@ def prepare_trainer(trainer: Any) -> Any:
 def _logs_in_trial_dir(trainer: Any) -> None:
     """A Trainer left at its default root (the current directory) logs and saves inside the trial's folder.
 
-    Tune trials run in their trial folder already; a ``TorchTrainer``'s own
-    ``fit()`` keeps the worker's working directory (as Ray Train V2 does): then
-    the default ``lightning_logs/`` (and the checkpoints Lightning saves there)
-    goes to the trial folder instead of that directory.
+    Ranks run in their trial folder already (unless ``TUNEPLAT_CHDIR_TO_TRIAL_DIR=0``):
+    then the default ``lightning_logs/`` (and the checkpoints Lightning saves
+    there) still goes to the trial folder instead of the working directory.
     """
     session = _sessions.current_session()
     cwd = os.getcwd()

@@ -31,12 +31,15 @@ from ...storage._checkpoint import load_torch
 from .._trainer import TorchTrainer
 from ._torch import (
     TorchConfig,
+    accelerate,
+    backward,
     enable_reproducibility,
     get_device,
     get_devices,
     prepare_data_loader,
     prepare_model,
+    prepare_optimizer,
 )
 
-__all__ = ["TorchConfig", "TorchTrainer", "enable_reproducibility", "get_device", "get_devices", "load_torch",
-           "prepare_data_loader", "prepare_model"]
+__all__ = ["TorchConfig", "TorchTrainer", "accelerate", "backward", "enable_reproducibility", "get_device",
+           "get_devices", "load_torch", "prepare_data_loader", "prepare_model", "prepare_optimizer"]

@@ -32,8 +32,11 @@ class TorchConfig(BackendConfig):
     Args:
         backend: ``"gloo"``, ``"nccl"`` (or another torch.distributed backend);
             None: nccl when the ranks have GPUs, else gloo.
+        init_method: Ray's ``"env"`` (the default) or ``"tcp"``: how ranks find rank 0. Both are accepted; the
+            ranks always rendezvous on rank 0's ``TCPStore`` (``MASTER_ADDR``/``MASTER_PORT`` set, as ``"env"``).
         timeout_s: process-group timeout: how long a collective waits for a
-            missing peer before it raises (torch's own default is 30 minutes).
+            missing peer before it raises (torch's own default is 30 minutes; Ray's 1800 s; here 60 s,
+            so a rank stuck on a lost peer fails, and is retried, within a minute).
 
     Example:
         >>> TorchConfig(timeout_s=120).timeout_s
@@ -41,11 +44,15 @@ class TorchConfig(BackendConfig):
     """
 
     backend: str | None = None
+    init_method: str = "env"
     timeout_s: float = 60
 
     def __post_init__(self) -> None:
         if self.backend is not None and not (isinstance(self.backend, str) and self.backend):
             raise ValueError(f"The value of `TorchConfig.backend` is {self.backend!r}, but must be None, 'gloo' or 'nccl'.")
+        if self.init_method not in ("env", "tcp"):
+            raise ValueError(f"The value of `TorchConfig.init_method` is {self.init_method!r}, but must be 'env' or "
+                             "'tcp'.")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
             raise ValueError(f"The value of `TorchConfig.timeout_s` is {self.timeout_s!r}, but must be a number of "
                              "seconds > 0.")
@@ -328,3 +335,27 @@ def _with_dist_sampler(loader: DataLoader, rank: int, world_size: int) -> DataLo
         if hasattr(loader, optional):
             kwargs[optional] = getattr(loader, optional)
     return DataLoader(loader.dataset, **kwargs)
+
+
+def prepare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer, unchanged (``ray.train.torch.prepare_optimizer``, for Ray's deprecated AMP helpers).
+
+    Use ``torch.autocast`` and ``torch.amp.GradScaler`` in the training loop for mixed precision.
+    """
+    return optimizer
+
+
+def backward(tensor: torch.Tensor) -> None:
+    """``tensor.backward()`` (``ray.train.torch.backward``, Ray's deprecated AMP helper)."""
+    tensor.backward()
+
+
+def accelerate(amp: bool = False) -> None:
+    """Ray's deprecated AMP switch (``ray.train.torch.accelerate``): ``amp=False`` does nothing.
+
+    Raises:
+        NotImplementedError: ``amp=True``: use ``torch.autocast`` / ``torch.amp.GradScaler`` in the loop.
+    """
+    if amp:
+        raise NotImplementedError("train.torch.accelerate(amp=True) is Ray's deprecated AMP switch: use "
+                                  "torch.autocast(...) and torch.amp.GradScaler in the training loop instead.")

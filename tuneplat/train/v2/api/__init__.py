@@ -1,0 +1,1 @@
+"""``ray.train.v2.api``: see :mod:`tuneplat.train.v2`."""
