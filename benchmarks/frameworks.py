@@ -156,7 +156,7 @@ def jax_loop(config: dict[str, Any]) -> None:
         g = jax.lax.pmean(jax.grad(loss_fn)(p, x, y), "r")
         return [w - 1e-3 * gw for w, gw in zip(p, g)]
 
-    rep = jax.device_put_replicated(params, jax.local_devices())
+    rep = [jnp.stack([w] * local) for w in params]  # replicated over this process's devices
     rng = np.random.default_rng(rank)
     per = config["global_batch"] // world
     x = rng.normal(size=(local, per // local, FEATURES)).astype("float32")

@@ -62,31 +62,26 @@ def keras_mwms(config: dict[str, Any]) -> None:
         callbacks: list[Any] = [ReportCheckpointCallback(metrics={"loss": "loss"})]
     else:
         callbacks = [_record(tf, config["out"])]
-    model.fit(ds, epochs=config["epochs"], steps_per_epoch=config["steps"], initial_epoch=start, verbose=0,
-              callbacks=callbacks)
+    # a resumed run goes on where the data were: the batches the earlier epochs used are skipped
+    model.fit(ds.skip(start * config["steps"]), epochs=config["epochs"], steps_per_epoch=config["steps"],
+              initial_epoch=start, verbose=0, callbacks=callbacks)
     if _rank() == 0:
         folder = train.get_context().get_trial_dir() if _in_trial() else config["out"]
         np.savez(os.path.join(folder, "final.npz"), *[w for w in model.get_weights()])
 
 
-def keras3_mwms(config: dict[str, Any]) -> None:
-    """Keras 3 (``import keras``, whatever ``TF_USE_LEGACY_KERAS`` says) under ``MultiWorkerMirroredStrategy``."""
+def keras3_trial(config: dict[str, Any]) -> None:
+    """A Tune trial training a Keras 3 model (``import keras``, whatever ``TF_USE_LEGACY_KERAS`` says)."""
     import keras
-    import tensorflow as tf
-
-    from tuneplat.train.tensorflow.keras import ReportCheckpointCallback
+    from tuneplat.tune.integration.keras import TuneReportCheckpointCallback
 
     keras.utils.set_random_seed(0)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
     x, y = data()
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(config["global_batch"]).repeat()
-    with strategy.scope():
-        model = keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(16, activation="tanh"),
-                                  keras.layers.Dense(1)])
-        model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05), loss="mse")
-    callback = ReportCheckpointCallback(metrics=["loss"])
+    model = keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=config["lr"]), loss="mse")
+    callback = TuneReportCheckpointCallback(metrics=["loss"])
     assert isinstance(callback, keras.callbacks.Callback)  # Keras 3's base, chosen from this function's imports
-    model.fit(ds, epochs=config["epochs"], steps_per_epoch=config["steps"], verbose=0, callbacks=[callback])
+    model.fit(x, y, batch_size=32, epochs=config["epochs"], verbose=0, callbacks=[callback])
 
 
 def keras_on_shard(config: dict[str, Any]) -> None:

@@ -69,6 +69,10 @@ class _TensorflowBackend(Backend):
         self._added: list[str] = []
 
     def on_start(self, worker_group: RankGroup, backend_config: BackendConfig) -> None:
+        # an earlier trial of this process that used TensorFlow outside this backend (a plain Tune trial) left an
+        # initialized eager context: MultiWorkerMirroredStrategy then refuses ("Collective ops must be configured
+        # at program startup")
+        _reset_tensorflow()
         own = _address(worker_group.host, worker_group.free_port())
         workers = [str(w) for w in worker_group.all_gather(own)]
         os.environ["TF_CONFIG"] = json.dumps(tf_config(workers, worker_group.rank))
