@@ -52,19 +52,6 @@ def test_two_ranks_equal_tf_config_by_hand_and_checkpoint_restores(dask_client, 
     np.testing.assert_allclose(resumed.metrics_dataframe["loss"].tolist(), ours[2:], rtol=1e-5)
 
 
-def test_keras_3_model_in_tune_trials_with_tune_report_checkpoint_callback(dask_client, storage):
-    # (Keras 3.15's own fit fails under MultiWorkerMirroredStrategy, "Attempt to convert a value (PerReplica...)":
-    # multi-worker Keras is tf-keras here, as in Ray's examples; Keras 3 trains in trials and single ranks)
-    grid = tune.Tuner(tf_loops.keras3_trial, param_space={"epochs": 3, "lr": tune.grid_search([0.05, 0.01])},
-                      tune_config=tune.TuneConfig(metric="loss", mode="min"), run_config=_rc(storage, "keras3"),
-                      client=dask_client).fit()
-    assert not grid.errors, grid.errors
-    for result in grid:
-        losses = result.metrics_dataframe["loss"].tolist()
-        assert len(losses) == 3 and losses[-1] < losses[0]
-        assert os.path.isfile(os.path.join(result.checkpoint.path, "model.keras"))
-
-
 def test_dataset_shard_to_tf_feeds_keras_on_each_rank(dask_client, storage):
     import pandas as pd
 
@@ -127,12 +114,12 @@ def test_keras_callback_checks_its_events_like_ray():
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "port", "scripts")
 
 
-def _script(name, cwd, *args):
+def _script(name, cwd, *args, env_extra=None):
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(SCRIPTS)))  # the checkout
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]), **(env_extra or {})}
     proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, f"{name}.py"), *args], capture_output=True, text=True,
                           timeout=840, env=env, cwd=str(cwd))
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
@@ -158,7 +145,23 @@ def test_ray_tensorflow_mnist_example_reports_each_epoch_with_a_checkpoint(tmp_p
 
 
 def test_ray_tune_mnist_keras_stops_at_the_iteration_limit(tmp_path):
-    out = _script("tune_mnist_keras", tmp_path, "--smoke-test")
+    # written for Keras 2 (SGD(lr=...)); its Tune trials are not TensorflowTrainer ranks, which would set this
+    out = _script("tune_mnist_keras", tmp_path, "--smoke-test", env_extra={"TF_USE_LEGACY_KERAS": "1"})
     assert "ERRORS 0" in out
     iterations = json.loads(_line(out, "ITERATIONS").split(" ERRORS")[0])
     assert len(iterations) == 10 and max(iterations) == 2  # stop={"training_iteration": 2} in the smoke test
+
+
+def test_keras_3_model_in_tune_trials_with_tune_report_checkpoint_callback(dask_client, storage):
+    # Last in this file: a worker process that imported Keras 3 keeps it as tf.keras (TensorFlow resolves tf.keras
+    # once per process), and the tf-keras tests above share these worker processes.
+    # (Keras 3.15's own fit fails under MultiWorkerMirroredStrategy, "Attempt to convert a value (PerReplica...)":
+    # multi-worker Keras is tf-keras here, as in Ray's examples; Keras 3 trains in trials and single ranks)
+    grid = tune.Tuner(tf_loops.keras3_trial, param_space={"epochs": 3, "lr": tune.grid_search([0.05, 0.01])},
+                      tune_config=tune.TuneConfig(metric="loss", mode="min"), run_config=_rc(storage, "keras3"),
+                      client=dask_client).fit()
+    assert not grid.errors, grid.errors
+    for result in grid:
+        losses = result.metrics_dataframe["loss"].tolist()
+        assert len(losses) == 3 and losses[-1] < losses[0]
+        assert os.path.isfile(os.path.join(result.checkpoint.path, "model.keras"))

@@ -99,7 +99,7 @@ def keras_on_shard(config: dict[str, Any]) -> None:
         model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
         model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1), loss="mse")
     model.fit(ds, epochs=config.get("epochs", 2), verbose=0,
-              callbacks=[ReportCheckpointCallback(checkpoint_on=[]), _rows_in_logs(tf, rows)])
+              callbacks=[_rows_in_logs(tf, rows), ReportCheckpointCallback(checkpoint_on=[])])  # (rows first: reported)
 
 
 def _rows_in_logs(tf: Any, rows: int) -> Any:

@@ -362,6 +362,7 @@ class DataIterator:
         self._config = config
         self._session = weakref.ref(session) if session is not None else None
         self._epoch = 0
+        self._client: Any = None  # the rank's client, when epochs are opened from another thread (to_tf)
 
     def __repr__(self) -> str:
         how = "split across the ranks" if self._config.splits(self._source.name) else "whole on every rank"
@@ -380,7 +381,7 @@ class DataIterator:
                 seed = ctx.get_trial_id()
             hosts = list(getattr(session.spec, "rank_hosts", None) or []) or None  # (stale after a resize: unused)
         src = self._source
-        client = _rank_client() if src.files is None else None  # plain Parquet: read here, no Dask
+        client = (self._client or _rank_client()) if src.files is None else None  # plain Parquet: read here
         lengths = src.ensure_lengths(client)
         name = src.name
         order = epoch_order(len(lengths), self._epoch, seed, self._config.shuffles(name))
@@ -550,6 +551,8 @@ class DataIterator:
         """
         from ._tf import to_tf
 
+        if self._source.files is None:  # tf.data pulls epochs from its own threads: they use the rank's client
+            self._client = _rank_client()
         def batches() -> Iterable[dict[str, Any]]:
             return self.iter_batches(prefetch_batches=prefetch_batches, batch_size=batch_size, drop_last=drop_last,
                                      local_shuffle_buffer_size=local_shuffle_buffer_size,

@@ -110,7 +110,8 @@ def _reset_tensorflow() -> None:
         from tensorflow.python.eager import context
 
         try:
-            tf.keras.backend.clear_session()
+            if _keras_resolved():  # (never the first use of tf.keras: that would fix its choice of Keras here)
+                tf.keras.backend.clear_session()
         except Exception:  # noqa: BLE001 - Keras not loaded or another version: the context reset is what matters
             logger.debug("tuneplat: keras clear_session failed", exc_info=True)
         context._reset_context()
@@ -123,4 +124,8 @@ def _keras_resolved() -> bool:
     """Whether this process already resolved ``tf.keras`` (TensorFlow reads ``TF_USE_LEGACY_KERAS`` then)."""
     tf = sys.modules.get("tensorflow")
     keras = getattr(tf, "__dict__", {}).get("keras") if tf is not None else None
-    return keras is not None and "LazyLoader" not in type(keras).__name__
+    if keras is None:
+        return False
+    if "LazyLoader" in type(keras).__name__:  # TensorFlow's loader picks the Keras on its first use
+        return bool(getattr(keras, "_tfll_initialized", True))
+    return True
