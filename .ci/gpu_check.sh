@@ -16,6 +16,8 @@ fi
 export PYTHONUNBUFFERED=1 TMPDIR="${TMPDIR:-/tmp}"
 { nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } \
   2>&1 | tee "$OUT/device.txt"
+# tests/train/test_frameworks_gpu.py (FSDP2 on 1-2 GPUs, DeepSpeed ZeRO-2/3, RayDeepSpeedStrategy, JAX) is among
+# them: its DeepSpeed/Lightning/JAX tests skip where the image lacks those packages (carry their wheels in .whl).
 # only the files that hold gpu tests: the others may import what the device lacks (mlflow); pytest-benchmark, if
 # the device image has it, would leave .benchmarks/ in the checkout (the suite's litter check)
 files=$(grep -rl "pytest.mark.gpu" tests --include="test_*.py")

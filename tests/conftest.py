@@ -32,7 +32,8 @@ tempfile.tempdir = SESSION_TMP
 KEY_DIR = os.path.join(SESSION_TMP, "tuneplat-keys")
 os.environ["TUNEPLAT_KEY_DIR"] = KEY_DIR
 #: left on purpose by libraries, not by tests: pytest's tmp_path root, Dask's scratch root, compiler caches
-_KEPT_IN_TMP = ("pytest-of-", "dask-scratch-space", "torchinductor_", "matplotlib-")
+_KEPT_IN_TMP = ("pytest-of-", "dask-scratch-space", "torchinductor_", "matplotlib-",
+                "__autograph_generated_file")  # (TensorFlow's autograph writes its code there, for the process's life)
 #: build and tool outputs in the checkout that are not litter
 _SKIPPED_IN_CHECKOUT = {".git", ".venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints"}
 

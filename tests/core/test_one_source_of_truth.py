@@ -360,3 +360,21 @@ def test_a_callback_cannot_assign_a_trials_fields(storage):
     grid = _tuner(storage, curve, {"floor": tune.grid_search([0.1])}, name="assigns", callbacks=[Assigns()]).fit()
     assert len(caught) == 8 and "read-only" in str(caught[0])
     assert grid[0].config == {"floor": 0.1}
+
+
+def test_the_preemption_budget_is_the_failure_policys(storage, tmp_path):
+    """FailureConfig(max_preemption_failures=0): a preempted trial ends as an error; without a budget it starts
+    again from its checkpoint without a failure counted."""
+    def fit(budget: int, name: str) -> Any:
+        return tune.Tuner(faulty, param_space={"fault": PREEMPT, "marker": str(tmp_path / name)},
+                          tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                          run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0, mlflow=False,
+                                                    failure_config=tune.FailureConfig(max_preemption_failures=budget)),
+                          executor=VirtualTimeExecutor(num_slots=1)).fit()
+
+    (ended,) = fit(0, "no_budget")
+    assert ended.status == "ERROR" and "preempted 1 times, more than FailureConfig(max_preemption_failures=0)" in str(
+        ended.error)
+    (resumed,) = fit(-1, "unlimited")
+    assert resumed.status == "TERMINATED" and resumed.error is None
+    assert resumed.metrics["training_iteration"] == 6

@@ -4,7 +4,8 @@ One object owns the three budgets of ``FailureConfig`` (``max_failures``,
 ``max_oom_retries`` with ``oom_halve``, ``max_preemption_failures``) and decides,
 from the trial and its typed :class:`~tuneplat.execution._failure.Failure`:
 :class:`Retry` (from the latest checkpoint), :class:`RetrySmaller` (an OOM retried
-with a smaller config) or :class:`End` (the trial ends as an error). The loop
+with a smaller config), :class:`Requeue` (a lost start, a preemption: no failure counted)
+or :class:`End` (the trial ends as an error). The loop
 carries the decision out (journal events, the queue); the policy writes nothing.
 
 Example:
@@ -31,7 +32,7 @@ from ..execution._failure import OOM, Failure
 from ._oom import shrink_config
 from ._trial import Trial
 
-__all__ = ["End", "FailureDecision", "FailurePolicy", "Retry", "RetrySmaller"]
+__all__ = ["End", "FailureDecision", "FailurePolicy", "Requeue", "Retry", "RetrySmaller"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -60,7 +61,16 @@ class End:
     error: str
 
 
-FailureDecision = Retry | RetrySmaller | End
+@dataclass(frozen=True)
+class Requeue:
+    """Put the trial back in the queue without counting a failure (a lost start, a preempted host)."""
+
+    reason: str
+    #: its attempt ran no user code: it does not count as an attempt either
+    not_started: bool = False
+
+
+FailureDecision = Retry | RetrySmaller | Requeue | End
 
 
 class FailurePolicy:
@@ -97,7 +107,15 @@ class FailurePolicy:
         message = failure.message
         return End(failure.kind, f"out of memory (OOM): {message}" if failure.kind == OOM else message)
 
-    def over_preemption_budget(self, trial: Trial) -> bool:
-        """Whether ``trial`` (its preemptions counted) was preempted more often than ``max_preemption_failures``."""
+    def lost_start(self, message: str | None) -> Requeue:
+        """A worker was lost before the trial's code ran: it is placed again; nothing counts."""
+        return Requeue(message or "a worker was lost before the trial started", not_started=True)
+
+    def preempted(self, trial: Trial, message: str | None) -> Requeue | End:
+        """``trial``'s group ended because its host was preempted (its preemptions counted, this one included):
+        it starts again from its checkpoint, or ends once ``max_preemption_failures`` is spent."""
         budget = self.config.max_preemption_failures
-        return budget != -1 and trial.num_preemptions > budget
+        if budget != -1 and trial.num_preemptions > budget:
+            return End("preempted", f"preempted {trial.num_preemptions} times, more than "
+                                    f"FailureConfig(max_preemption_failures={budget}): {message}")
+        return Requeue(f"elastic resize: {message}")

@@ -802,11 +802,9 @@ class TuneLoop:
         stop_reason = trial.stop_reason or (run.stop_reason if run is not None else None)
         if event.outcome is Outcome.RESIZED and event.preempted:
             self._write(ev.TrialPreempted(trial_id=trial.trial_id, message=event.message))
-            if self.failure_policy.over_preemption_budget(trial) and not self.stopping:
-                budget = self.failure_policy.config.max_preemption_failures
-                self._end_trial(trial, TrialStatus.ERROR, error=(
-                    f"preempted {trial.num_preemptions} times, more than "
-                    f"FailureConfig(max_preemption_failures={budget}): {event.message}"))
+            preempted = self.failure_policy.preempted(trial, event.message)
+            if isinstance(preempted, End) and not self.stopping:
+                self._end_trial(trial, TrialStatus.ERROR, error=preempted.error)
                 self.actions.trial_ended(trial.trial_id)
                 return
         if event.outcome is Outcome.RESIZED and not self.stopping and decision is None:
@@ -820,9 +818,8 @@ class TuneLoop:
         elif event.outcome is Outcome.RESIZED:
             self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=f"elastic resize: {event.message}"))
         elif event.outcome is Outcome.NOT_STARTED and not self.stopping:
-            self._write(ev.TrialRequeued(
-                trial_id=trial.trial_id, reason=event.message or "a worker was lost before the trial started",
-                not_started=True))
+            requeue = self.failure_policy.lost_start(event.message)
+            self._write(ev.TrialRequeued(trial_id=trial.trial_id, reason=requeue.reason, not_started=True))
             self.queue.appendleft(trial)
         elif (event.outcome is Outcome.FAILED and (not self.interrupted or trial.trial_id in self._no_retry)
               and decision is None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import enum
 import logging
 import selectors
 import socket
@@ -16,18 +17,27 @@ from ..train._telemetry import system_metrics_period
 from . import _protocol as proto
 from ._channel import Conn, Listener, parse_port_range
 from ._cluster import Cluster
-from ._executor import (
-    Event,
-    ExecutorContext,
-    TrialExecutor,
-)
-from ._failure import Failure
+from ._executor import Event, ExecutorContext, Outcome, TrialExecutor
+from ._failure import ERROR, LOST, Failure
 from ._observe import WorkerBoard
 from ._placement import Assignment, Ledger
 
-__all__ = ["_DaskState", "_Group", "_LeaseAsk", "_Rank", "_Reservation"]
+__all__ = ["RankEnd", "_DaskState", "_Group", "_LeaseAsk", "_Rank", "_Reservation", "outcome"]
 
 logger = logging.getLogger("tuneplat")
+
+
+class RankEnd(str, enum.Enum):
+    """How a rank finished (a ``str`` enum: it reads and prints as its value)."""
+
+    DONE = "done"  # its code returned (or it never had to run: its group was aborted before "go")
+    ERROR = "error"  # its code raised
+    DEAD = "dead"  # its process, worker or connection died, or it hung and was ended
+    LOST = "lost"  # its worker went away before its code ran (the trial is placed again)
+    ABORTED = "aborted"  # the tuner ended it (another rank failed, a stop, an interrupt); its process lives on
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -36,7 +46,7 @@ class _Rank:
     assignment: Assignment
     future: Any = None
     conn: socket.socket | None = None
-    finished: str | None = None  # "done" | "error" | "dead" | "lost" | "aborted"
+    finished: RankEnd | None = None
     task_done: bool = False
     released: bool = False
     last_seen: float = 0.0
@@ -111,6 +121,32 @@ class _Reservation:
 
 
 
+
+
+def outcome(group: _Group) -> tuple[Outcome, str | None, str | None, Failure | None]:
+    """How ``group`` ended, once every rank finished: ``(outcome, message, traceback, failure)``. Pure: it reads
+    the group only (its flags, its ranks' ends), so each branch is tested without a cluster."""
+    if group.resize_reason is not None and group.failure is None:
+        return Outcome.RESIZED, group.resize_reason, None, None
+    if group.failure is not None and group.preempted is not None and any(
+            r.finished in (RankEnd.DEAD, RankEnd.LOST) for r in group.ranks):
+        # its worker left before the group committed a checkpoint: start again from the latest one (what was
+        # trained since is lost); not a failure of the trial
+        return (Outcome.RESIZED, f"{group.preempted}; it left before a checkpoint was committed "
+                                 f"({group.failure[0]})", None, None)
+    if group.failure is not None:
+        message, tb = group.failure
+        return Outcome.FAILED, message, tb, group.failure_info or Failure(ERROR, message=message)
+    if group.lost_before_start:
+        return Outcome.NOT_STARTED, group.requeued or "a worker was lost before the trial started", None, None
+    if group.aborted:
+        return Outcome.ABORTED, group.abort_reason, None, None
+    never = [r.index for r in group.ranks if not r.ever_connected]
+    if never:  # never "finished" without every rank having run
+        message = (f"rank(s) {never} never connected to the tuner (their tasks ended before authenticating; the "
+                   "Dask workers' logs say why)")
+        return Outcome.FAILED, message, None, Failure(LOST, (), never[0], None, message)
+    return Outcome.FINISHED, None, None, None
 
 class _DaskState(TrialExecutor):
     """What the Dask executor knows: its groups and ranks, the ledger, the sockets (the modules beside it act on it).

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from ..train._session import RankSpec
 from . import _protocol as proto
 from ._channel import token_id
-from ._dask_state import _DaskState, _Group, _Rank
+from ._dask_state import RankEnd, _DaskState, _Group, _Rank, outcome
 from ._executor import (
     Ended,
     Outcome,
@@ -145,7 +145,7 @@ class _GroupLifecycle(_DaskState):
                     and r.future is not None and len(group.ranks) == 1):
                 self._park(r)
                 parked = True
-            elif r.finished in ("done", "error", "aborted"):
+            elif r.finished in (RankEnd.DONE, RankEnd.ERROR, RankEnd.ABORTED):
                 self._release(r)
         group.ended = True
         self.groups.pop(group.trial_id, None)
@@ -158,30 +158,8 @@ class _GroupLifecycle(_DaskState):
         if not parked and time.monotonic() - self._last_refresh > 1.0:
             self._refresh_ledger()  # workers may have left: look before placing more (a parked runner's is there)
         self.tokens.pop(token_id(group.token), None)
-        message: str | None
-        if group.resize_reason is not None and group.failure is None:
-            outcome, message, tb = Outcome.RESIZED, group.resize_reason, None
-        elif group.failure is not None and group.preempted is not None and any(
-                r.finished in ("dead", "lost") for r in group.ranks):
-            # its worker left before the group committed a checkpoint: start again from the latest one (what
-            # was trained since is lost); not a failure of the trial
-            outcome, tb = Outcome.RESIZED, None
-            message = f"{group.preempted}; it left before a checkpoint was committed ({group.failure[0]})"
-        elif group.failure is not None:
-            outcome, (message, tb) = Outcome.FAILED, group.failure
-        elif group.lost_before_start:
-            outcome, message, tb = (Outcome.NOT_STARTED, group.requeued or "a worker was lost before the trial started",
-                                    None)
-        elif group.aborted:
-            outcome, message, tb = Outcome.ABORTED, group.abort_reason, None
-        elif any(not r.ever_connected for r in group.ranks):  # never "finished" without every rank having run
-            never = [r.index for r in group.ranks if not r.ever_connected]
-            outcome, message, tb = Outcome.FAILED, (
-                f"rank(s) {never} never connected to the tuner (their tasks ended before authenticating; "
-                "the Dask workers' logs say why)"), None
-        else:
-            outcome, message, tb = Outcome.FINISHED, None, None
-        self._events.append(Ended(group.trial_id, outcome, message, tb, world_size=len(group.ranks),
-                                  preempted=outcome is Outcome.RESIZED and group.preempted is not None,
-                                  failure=group.failure_info if outcome is Outcome.FAILED else None))
+        how, message, tb, failure = outcome(group)
+        self._events.append(Ended(group.trial_id, how, message, tb, world_size=len(group.ranks),
+                                  preempted=how is Outcome.RESIZED and group.preempted is not None,
+                                  failure=failure))
         self._serve_leases()  # slots were freed: waiting nested groups first

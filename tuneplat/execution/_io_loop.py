@@ -12,7 +12,7 @@ from typing import Any
 
 from . import _protocol as proto
 from ._channel import Conn
-from ._dask_state import _DaskState, _Rank
+from ._dask_state import RankEnd, _DaskState, _Rank
 from ._executor import (
     Reported,
     Saved,
@@ -99,13 +99,13 @@ class _IOLoop(_DaskState):
                         conn.group.failure is None or (conn.rank.conn_shut and not _process_gone(conn.rank))):
                     # we ended it (another rank failed, a lost peer before start, an interrupt): its process
                     # lives on, so its worker stays usable (a dead one is quarantined below)
-                    conn.rank.finished = "aborted"
+                    conn.rank.finished = RankEnd.ABORTED
                 elif conn.rank.finished is None and not conn.rank.started_ack:
                     # a chained rank's runner went away before it acknowledged "next": no user code ran
                     self._lost_before_start(conn.group, conn.rank)
                     return
                 elif conn.rank.finished is None:
-                    conn.rank.finished = "dead"
+                    conn.rank.finished = RankEnd.DEAD
                     # its process died (os._exit, a segfault, the OOM killer): the scheduler may still list the
                     # worker for a moment; a retry placed there would wait for a process that is gone
                     self.ledger.quarantine(conn.rank.assignment.address, pid=conn.rank.pid)
@@ -176,7 +176,7 @@ class _IOLoop(_DaskState):
             if group.aborted:
                 self._send(rank, proto.Abort(group.abort_reason or "the trial's group is being torn down"))
                 if not group.go_sent:
-                    rank.finished = "done"  # it runs no user code; its closing connection is expected
+                    rank.finished = RankEnd.DONE  # it runs no user code; its closing connection is expected
                 return
             first = not group.go_sent
             group.go_sent = True
@@ -231,17 +231,17 @@ class _IOLoop(_DaskState):
         elif isinstance(msg, proto.Unlease):
             self._on_unlease(group, msg.address)
         elif isinstance(msg, proto.Requeue):  # the trial's nested fit was sent back to the queue (_check_lease_deadlock)
-            rank.finished = "done"
+            rank.finished = RankEnd.DONE
             group.lost_before_start = True
             group.requeued = msg.message
             self._abort_group(group, "the trial goes back to the queue")
             self._maybe_end_group(group)
         elif isinstance(msg, proto.Done):
-            rank.finished = "done"
+            rank.finished = RankEnd.DONE
             rank.offers_next = msg.chainable
             self._maybe_end_group(group)
         elif isinstance(msg, proto.Error):
-            rank.finished = "error"
+            rank.finished = RankEnd.ERROR
             rank.offers_next = msg.chainable
             text = f"rank {rank.index}: {msg.message}"
             self._fail_group(group, text, msg.traceback, Failure.of_types(
@@ -299,7 +299,7 @@ class _IOLoop(_DaskState):
                     if any(a not in self.ledger.quarantined for a in self.ledger.slots):
                         self._lost_before_start(group, rank)
                         continue
-                rank.finished = "error"
+                rank.finished = RankEnd.ERROR
                 tb = "".join(traceback.format_exception(exc)) if exc else None
                 oom = self._oom_killed(rank) if type(exc).__name__ == "KilledWorker" and rank.ever_connected else None
                 text = (f"rank {rank.index} on {rank.assignment.address} (host {rank.hostname}) was {oom}" if oom else
@@ -307,5 +307,5 @@ class _IOLoop(_DaskState):
                 self._fail_group(group, text, tb, Failure(OOM, (), rank.index, rank.hostname, text) if oom else
                                  Failure.of_exception(exc, text, rank.index, rank.hostname))
             elif rank.finished is None:
-                rank.finished = "dead" if fut is not None and fut.status == "cancelled" else "done"
+                rank.finished = RankEnd.DEAD if fut is not None and fut.status == "cancelled" else RankEnd.DONE
             self._maybe_end_group(group)

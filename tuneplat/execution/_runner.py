@@ -138,7 +138,10 @@ class TorchBackend(Backend):
         self._backend, timeout_s = _torch_settings(backend_config, spec)
         if spec.world_size > 1:
             self._sockets = _join_process_group(worker_group, self._backend, timeout_s)
-        elif spec.gpu_ids:
+            return
+        if "MASTER_ADDR" not in os.environ:  # libraries that make their own 1-rank group read these (DeepSpeed)
+            os.environ.update(MASTER_ADDR=worker_group.host, MASTER_PORT=str(worker_group.free_port()))
+        if spec.gpu_ids:
             _pin_gpu(spec)
 
     def on_abort(self, worker_group: RankGroup, backend_config: Any) -> None:
@@ -684,17 +687,50 @@ def _reset_framework_state() -> None:
     """Forget process-wide state that frameworks keep about the process group of the trial that just ended.
 
     ``accelerate`` (under ``transformers.Trainer``) keeps its distributed state
-    (ranks, world size, device) in class-level singletons: a later trial in this
-    worker process would otherwise train with the previous trial's group.
+    (ranks, world size, device) in class-level singletons, and DeepSpeed keeps
+    its communication backend and the process groups it derived from the
+    trial's group in module globals: a later trial in this worker process would
+    otherwise train with the previous trial's (destroyed) group ("Group ... is
+    not registered").
     """
     state = sys.modules.get("accelerate.state")
-    if state is None:
+    if state is not None:
+        try:
+            state.AcceleratorState._reset_state(True)
+            state.GradientState._reset_state()
+        except Exception:  # noqa: BLE001 - another accelerate version: the next trial builds its own state anyway
+            logger.debug("tuneplat: could not reset accelerate's state", exc_info=True)
+    _reset_deepspeed()
+
+
+def _reset_deepspeed() -> None:
+    """Forget DeepSpeed's communication backend and every process group (or mesh) it keeps in a module global."""
+    comm = sys.modules.get("deepspeed.comm.comm")
+    if comm is not None:
+        comm.cdb = None  # type: ignore[attr-defined]  # the next deepspeed.initialize() wraps the next trial's group
+    groups = sys.modules.get("deepspeed.utils.groups")
+    if groups is None:
         return
     try:
-        state.AcceleratorState._reset_state(True)
-        state.GradientState._reset_state()
-    except Exception:  # noqa: BLE001 - another accelerate version: the next trial builds its own state anyway
-        logger.debug("tuneplat: could not reset accelerate's state", exc_info=True)
+        import torch.distributed as dist
+
+        kinds: tuple[type, ...] = (dist.ProcessGroup,)
+        try:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            kinds += (DeviceMesh,)
+        except ImportError:
+            pass
+        for name, value in list(vars(groups).items()):
+            if name.startswith("__"):
+                continue
+            if isinstance(value, kinds) or name in ("mpu", "mesh_device"):
+                setattr(groups, name, None)
+            elif isinstance(value, dict) and any(isinstance(v, kinds) or isinstance(v, (list, range))
+                                                 for v in value.values()):
+                value.clear()
+    except Exception:  # noqa: BLE001 - another DeepSpeed version: its next initialize() may still work
+        logger.debug("tuneplat: could not reset DeepSpeed's process groups", exc_info=True)
 
 
 def _send(session: Session, msg: proto.Message) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ._dask_state import _DaskState, _Group, _Rank
+from ._dask_state import RankEnd, _DaskState, _Group, _Rank
 from ._executor import (
     Starved,
 )
@@ -77,7 +77,7 @@ class _Watchdog(_DaskState):
                 self._fail_group(g, text, None, Failure(LOST, (), missing[0] if missing else None, None, text))
                 for r in g.ranks:
                     if r.conn is None and not r.finished:
-                        r.finished = "dead"
+                        r.finished = RankEnd.DEAD
                         self._forget_rank(r)
                 self._maybe_end_group(g)
 
@@ -86,7 +86,7 @@ class _Watchdog(_DaskState):
             for r in g.ranks:  # elastic: a rank whose Dask worker left without a preemption notice is lost
                 if (r.task_lost_at is not None and not r.finished and g.preempted is None
                         and now - r.task_lost_at > self.task_lost_grace_s):
-                    r.finished = "dead"
+                    r.finished = RankEnd.DEAD
                     text = (f"rank {r.index} on {r.assignment.address}: its Dask worker left the cluster "
                             f"(KilledWorker) and no preemption notice came within {self.task_lost_grace_s:g}s")
                     self._fail_group(g, text, None, Failure(LOST, (), r.index, r.hostname, text))
@@ -102,13 +102,13 @@ class _Watchdog(_DaskState):
                 silent = now - r.last_seen
                 if r.started_ack:
                     stacks = self._capture(g, f"rank {r.index} hung", silent=[r])
-                    r.finished = "dead"
+                    r.finished = RankEnd.DEAD
                     text = (f"rank {r.index} on {r.assignment.address} sent nothing for {silent:.0f}s "
                             f"(hung or stopped, e.g. SIGSTOP; TUNEPLAT_HEARTBEAT_TIMEOUT_S="
                             f"{self.hang_timeout_s:g}); its worker process is restarted{stacks}")
                     self._fail_group(g, text, None, Failure(HUNG, (), r.index, r.hostname, text))
                 else:  # a chained rank whose runner never took it (stuck after its previous trial)
-                    r.finished = "lost"
+                    r.finished = RankEnd.LOST
                     g.lost_before_start = True
                     self._abort_group(g, "the rank's runner did not take the trial")
                 conn_sock = r.conn
@@ -153,7 +153,7 @@ class _Watchdog(_DaskState):
                     f"processes are restarted{stacks}")
             self._fail_group(g, text, None, Failure(HUNG, (), missing[0].index, missing[0].hostname, text))
             for r in missing:
-                r.finished = "dead"
+                r.finished = RankEnd.DEAD
                 if r.channel is not None:
                     self._drop_conn(r.channel)
                 r.conn = None
@@ -165,7 +165,7 @@ class _Watchdog(_DaskState):
 
     def _lost_before_start(self, group: _Group, rank: _Rank) -> None:
         """``rank``'s worker or runner went away before any of its user code ran: the trial is placed again."""
-        rank.finished = "lost"
+        rank.finished = RankEnd.LOST
         group.lost_before_start = True
         if rank.channel is not None:
             self._drop_conn(rank.channel)
@@ -183,7 +183,7 @@ class _Watchdog(_DaskState):
             if not hit:
                 continue
             for r in hit:
-                r.finished = "lost"
+                r.finished = RankEnd.LOST
                 if r.future is not None:
                     try:
                         r.future.cancel()

@@ -64,6 +64,12 @@ class TuneReportCallback(Callback):
                 logger.info("tuneplat: TuneReportCallback: this Trainer runs outside a Tune trial; nothing to report to")
             return
         metrics = {k: v for k, v in result.items() if k not in _AUTOMATIC}
-        if trial.checkpoints and trial.checkpoints[-1][1] is result:  # the checkpoint reported with this result
+        if trial.checkpoints and _same_step(trial.checkpoints[-1][1], result):  # the checkpoint of this result
             metrics[CHECKPOINT_PATH_KEY] = trial.checkpoints[-1][0].path
         report(metrics)
+
+
+def _same_step(checkpoint_metrics: dict[str, Any], result: dict[str, Any]) -> bool:
+    """Whether a checkpoint's metrics are those of ``result`` (callbacks get a copy of the result: compare steps)."""
+    step = result.get("training_iteration")
+    return step is not None and checkpoint_metrics.get("training_iteration") == step

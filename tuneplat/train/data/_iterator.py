@@ -532,6 +532,39 @@ class DataIterator:
         return _Epochs(rows)
 
 
+    def to_tf(self, feature_columns: str | list[str], label_columns: str | list[str], *,
+              additional_columns: str | list[str] | None = None, prefetch_batches: int = 1, batch_size: int = 1,
+              drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
+              local_shuffle_seed: int | None = None, feature_type_spec: Any = None, label_type_spec: Any = None,
+              additional_type_spec: Any = None) -> Any:
+        """This rank's shard as a ``tf.data.Dataset`` of ``(features, labels)`` batches (Ray's ``to_tf``).
+
+        A column name gives a tensor, a list of names a dict of tensors. Each
+        pass over the dataset is one epoch of this rank's rows (use it with
+        ``tuneplat.train.tensorflow.prepare_dataset_shard``: it is the rank's
+        shard already). Types are read from the first batch unless given.
+
+        Example:
+            >>> ds = train.get_dataset_shard("train").to_tf("x", "y", batch_size=32)  # doctest: +SKIP
+            >>> model.fit(prepare_dataset_shard(ds), epochs=3)  # doctest: +SKIP
+        """
+        from ._tf import to_tf
+
+        def batches() -> Iterable[dict[str, Any]]:
+            return self.iter_batches(prefetch_batches=prefetch_batches, batch_size=batch_size, drop_last=drop_last,
+                                     local_shuffle_buffer_size=local_shuffle_buffer_size,
+                                     local_shuffle_seed=local_shuffle_seed)
+
+        def first() -> dict[str, Any] | None:  # (for the types; the epoch it opened is not counted)
+            epoch = self._epoch
+            try:
+                return next(iter(self.iter_batches(prefetch_batches=0, batch_size=batch_size)), None)
+            finally:
+                self._epoch = epoch
+
+        return to_tf(batches, first, feature_columns, label_columns, additional_columns, feature_type_spec,
+                     label_type_spec, additional_type_spec)
+
     def to_pandas(self) -> Any:
         """One epoch of this rank's rows as one pandas DataFrame (for libraries that take a frame: xgboost, LightGBM)."""
         import pandas as pd

@@ -22,12 +22,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["TIMEOUT_FIX", "Piece", "PlainParquet", "arrow_columns", "bounded", "plain_parquet_of", "read_timeout_s",
+__all__ = ["TIMEOUT_FIX", "PartitionError", "Piece", "PlainParquet", "arrow_columns", "bounded", "plain_parquet_of", "read_timeout_s",
            "resolve_parquet"]
 
 logger = logging.getLogger("tuneplat")
 
 T = TypeVar("T")
+
+
+class PartitionError(RuntimeError):
+    """Computing or reading one partition of a dataset failed; ``__cause__`` is the original exception."""
 
 #: the default bound on one remote operation (listing, a footer, a row group); DataConfig(read_timeout_s=...)
 DEFAULT_TIMEOUT_S = 120.0
@@ -143,7 +147,6 @@ class PlainParquet:
         """Row groups and their row counts from every file's footer (threads; each read bounded)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from ._source import PartitionError
 
         watch = _Watch()
 
@@ -342,7 +345,6 @@ def iter_pieces(files: PlainParquet, slices: Sequence[Any], window: int, name: s
     """
     import queue
 
-    from ._source import PartitionError
 
     q: queue.Queue[tuple[str, Any, Any]] = queue.Queue(maxsize=max(1, window))
     stop = threading.Event()

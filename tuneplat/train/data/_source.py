@@ -24,7 +24,7 @@ import logging
 import os
 from typing import Any
 
-from ._parquet import TIMEOUT_FIX, PlainParquet, bounded, plain_parquet_of, resolve_parquet
+from ._parquet import TIMEOUT_FIX, PartitionError, PlainParquet, bounded, plain_parquet_of, resolve_parquet
 
 __all__ = ["ACCEPTED", "INLINE_LIMIT", "PartitionError", "Source", "as_source", "as_sources"]
 
@@ -39,10 +39,6 @@ INLINE_LIMIT = 16 * 2**20
 
 _CSV_SUFFIXES = (".csv", ".tsv", ".txt")
 _COMPRESSION = (".gz", ".bz2", ".xz", ".zst", ".zip")
-
-
-class PartitionError(RuntimeError):
-    """Computing one partition of a dataset failed on the cluster; ``__cause__`` is the original exception."""
 
 
 def _count(part: Any) -> list[int]:

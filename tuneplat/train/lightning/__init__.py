@@ -1,7 +1,7 @@
 """PyTorch Lightning inside tuneplat's worker groups (``tuneplat.train.lightning``, like ``ray.train.lightning``).
 
 Build a Lightning ``Trainer`` inside a :class:`~tuneplat.train.torch.TorchTrainer`'s
-training function with :class:`RayDDPStrategy` (or :class:`RayFSDPStrategy`),
+training function with :class:`RayDDPStrategy` (or :class:`RayFSDPStrategy`, :class:`RayDeepSpeedStrategy`),
 :class:`RayLightningEnvironment` and :class:`RayTrainReportCallback`, then pass it
 through :func:`prepare_trainer`. The process group tuneplat set up for the trial is
 the one Lightning trains on; metrics and a checkpoint are reported at the end of
@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from ._lightning import (
     RayDDPStrategy,
+    RayDeepSpeedStrategy,
     RayFSDPStrategy,
     RayLightningEnvironment,
     RayTrainReportCallback,
     prepare_trainer,
 )
 
-__all__ = ["RayDDPStrategy", "RayFSDPStrategy", "RayLightningEnvironment", "RayTrainReportCallback",
-           "prepare_trainer"]
+__all__ = ["RayDDPStrategy", "RayDeepSpeedStrategy", "RayFSDPStrategy", "RayLightningEnvironment",
+           "RayTrainReportCallback", "prepare_trainer"]

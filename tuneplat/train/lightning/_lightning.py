@@ -25,8 +25,8 @@ from ...storage._checkpoint import Checkpoint
 from .. import _session as _sessions
 from .._extras import require
 
-__all__ = ["RayDDPStrategy", "RayFSDPStrategy", "RayLightningEnvironment", "RayTrainReportCallback",
-           "prepare_trainer"]
+__all__ = ["RayDDPStrategy", "RayDeepSpeedStrategy", "RayFSDPStrategy", "RayLightningEnvironment",
+           "RayTrainReportCallback", "prepare_trainer"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -72,6 +72,57 @@ class _StrategyMixin:
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
         """How Lightning's DistributedSampler shards data: one shard per rank of the trial."""
         return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+
+class _ShardedSaveMixin(_StrategyMixin):
+    """Every rank saves its shard under the path it was given (Lightning sends rank 0's path to every rank).
+
+    ``RayTrainReportCallback`` gives each rank a folder of its own and reports
+    it: with rank 0's path everywhere, a rank on another host would write its
+    shard where no report picks it up. Under its own path every shard reaches
+    the same tuneplat checkpoint (``docs/frameworks.md``).
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        self.broadcast = _own_value  # type: ignore[method-assign]
+        try:
+            super().save_checkpoint(checkpoint, filepath, storage_options)  # type: ignore[misc]
+        finally:
+            del self.broadcast
+
+
+def _own_value(obj: Any, src: int = 0) -> Any:
+    return obj
+
+
+class _FSDPMixin(_ShardedSaveMixin):
+    kwargs: dict[str, Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._state_dict_type_given = "state_dict_type" in kwargs
+        super().__init__(*args, **kwargs)
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Wrap in FSDP; on a CPU rank with ``device_id=cpu``, which FSDP accepts (Lightning passes None there,
+        which FSDP refuses with "FSDP needs a non-CPU accelerator device")."""
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        setup = super()._setup_model  # type: ignore[misc]
+        if self.root_device.type != "cpu" or any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            return setup(model)  # type: ignore[no-any-return]
+        if not self._state_dict_type_given:
+            # Lightning's "full" checkpoint gathers with offload_to_cpu=True, which torch's FSDP cannot do on CPU
+            # ranks (the process dies); the sharded checkpoint (torch.distributed.checkpoint, a file per rank) works
+            self._state_dict_type = "sharded"
+        wrapped = FullyShardedDataParallel(
+            module=model, cpu_offload=self.cpu_offload, mixed_precision=self.mixed_precision_config,  # type: ignore[attr-defined]
+            sharding_strategy=self.sharding_strategy, device_id=torch.device("cpu"), **self.kwargs)  # type: ignore[attr-defined]
+        saved = self.kwargs
+        self.kwargs = {k: v for k, v in saved.items() if k != "auto_wrap_policy"}  # applied above
+        try:
+            return setup(wrapped)  # type: ignore[no-any-return]  # (Lightning's own steps for a wrapped model)
+        finally:
+            self.kwargs = saved
 
 
 class _EnvironmentMixin:
@@ -162,8 +213,10 @@ def _family(package: str) -> dict[str, type]:
         env = importlib.import_module(f"{package}.plugins.environments")
         _FAMILIES[package] = {
             "RayDDPStrategy": type("RayDDPStrategy", (_StrategyMixin, mod.strategies.DDPStrategy), {"__module__": __name__}),
-            "RayFSDPStrategy": type("RayFSDPStrategy", (_StrategyMixin, mod.strategies.FSDPStrategy),
+            "RayFSDPStrategy": type("RayFSDPStrategy", (_FSDPMixin, mod.strategies.FSDPStrategy),
                                     {"__module__": __name__}),
+            "RayDeepSpeedStrategy": type("RayDeepSpeedStrategy", (_ShardedSaveMixin, mod.strategies.DeepSpeedStrategy),
+                                         {"__module__": __name__}),
             "RayLightningEnvironment": type("RayLightningEnvironment", (_EnvironmentMixin, env.LightningEnvironment),
                                             {"__module__": __name__}),
             "RayTrainReportCallback": type("RayTrainReportCallback", (_ReportMixin, mod.callbacks.Callback),
@@ -199,11 +252,35 @@ class RayDDPStrategy(_Dispatch, _StrategyMixin, pl.strategies.DDPStrategy):  # t
     """
 
 
-class RayFSDPStrategy(_Dispatch, _StrategyMixin, pl.strategies.FSDPStrategy):  # type: ignore[misc,name-defined]
+class RayFSDPStrategy(_Dispatch, _FSDPMixin, pl.strategies.FSDPStrategy):  # type: ignore[misc,name-defined]
     """Lightning's ``FSDPStrategy`` on the process group tuneplat set up for the trial.
+
+    Takes ``FSDPStrategy``'s arguments. It trains on CPU ranks too (gloo):
+    Lightning refuses ``strategy="fsdp"`` without a GPU (a check on its own
+    class) and wraps with ``device_id=None``, which torch's FSDP refuses on a
+    CPU; on a CPU rank this strategy wraps with ``device_id=cpu``, which FSDP
+    accepts, and saves sharded checkpoints unless ``state_dict_type`` is given
+    (Lightning's full checkpoint offloads to the CPU, which FSDP cannot do on a
+    CPU rank). Every rank
+    saves its shard into the folder it reports (``docs/frameworks.md``).
 
     Example:
         >>> pl.Trainer(strategy=RayFSDPStrategy(), plugins=[RayLightningEnvironment()])  # doctest: +SKIP
+    """
+
+
+class RayDeepSpeedStrategy(_Dispatch, _ShardedSaveMixin, pl.strategies.DeepSpeedStrategy):  # type: ignore[misc,name-defined]
+    """Lightning's ``DeepSpeedStrategy`` on the process group tuneplat set up for the trial (Ray's signature).
+
+    Takes ``DeepSpeedStrategy``'s arguments (``stage``, ``offload_optimizer``,
+    ``config``...). DeepSpeed finds the group and the environment it reads
+    (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``).
+    Lightning runs this strategy on CUDA GPUs only (its ``setup_environment``
+    raises on a CPU accelerator); on CPUs call ``deepspeed.initialize`` in a
+    :class:`~tuneplat.train.torch.TorchTrainer` loop instead (``docs/frameworks.md``).
+
+    Example:
+        >>> pl.Trainer(strategy=RayDeepSpeedStrategy(stage=2), plugins=[RayLightningEnvironment()])  # doctest: +SKIP
     """
 
 
@@ -236,8 +313,10 @@ class RayTrainReportCallback(_Dispatch, _ReportMixin, pl.callbacks.Callback):  #
     """
 
 
-_PUBLIC = {"RayDDPStrategy", "RayFSDPStrategy", "RayLightningEnvironment", "RayTrainReportCallback"}
+_PUBLIC = {"RayDDPStrategy", "RayDeepSpeedStrategy", "RayFSDPStrategy", "RayLightningEnvironment",
+           "RayTrainReportCallback"}
 _FAMILIES[pl.__name__] = {"RayDDPStrategy": RayDDPStrategy, "RayFSDPStrategy": RayFSDPStrategy,
+                          "RayDeepSpeedStrategy": RayDeepSpeedStrategy,
                           "RayLightningEnvironment": RayLightningEnvironment,
                           "RayTrainReportCallback": RayTrainReportCallback}
 
@@ -250,7 +329,7 @@ def prepare_trainer(trainer: Any) -> Any:
     """Check that a Lightning ``Trainer`` is set up to train on the trial's ranks; return it.
 
     Raises:
-        RuntimeError: its strategy is not :class:`RayDDPStrategy`/:class:`RayFSDPStrategy`
+        RuntimeError: its strategy is not :class:`RayDDPStrategy`/:class:`RayFSDPStrategy`/:class:`RayDeepSpeedStrategy`
             (or a subclass), or its cluster environment is not :class:`RayLightningEnvironment`.
 
     Example:
@@ -258,10 +337,11 @@ def prepare_trainer(trainer: Any) -> Any:
         ...                                      plugins=[RayLightningEnvironment()]))
     """
     strategy = getattr(trainer, "strategy", None)
-    if not isinstance(strategy, _all("RayDDPStrategy") + _all("RayFSDPStrategy")):
+    if not isinstance(strategy, _all("RayDDPStrategy") + _all("RayFSDPStrategy") + _all("RayDeepSpeedStrategy")):
         raise RuntimeError(
             f"Invalid strategy class: {type(strategy).__name__}. To train with Lightning on tuneplat's ranks, pass "
-            "strategy=RayDDPStrategy() or RayFSDPStrategy() (from tuneplat.train.lightning) to the Trainer.")
+            "strategy=RayDDPStrategy(), RayFSDPStrategy() or RayDeepSpeedStrategy() (from "
+            "tuneplat.train.lightning) to the Trainer.")
     environment = getattr(strategy, "cluster_environment", None)
     if environment is not None and not isinstance(environment, _all("RayLightningEnvironment")):
         raise RuntimeError(

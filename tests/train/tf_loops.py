@@ -1,0 +1,155 @@
+"""TensorFlow/Keras loops for the TensorFlow tests, importable by Dask workers; ``python tf_loops.py`` is the
+library's own launch: N processes, each given ``TF_CONFIG`` by hand (what ``MultiWorkerMirroredStrategy`` reads).
+
+    python tests/train/tf_loops.py keras_mwms 2 '{"epochs": 3, "steps": 4, "global_batch": 32, "out": "/tmp/x"}'
+
+Inside a trial a loop reports with ``ReportCheckpointCallback``; outside one it appends each epoch's logs to
+``<out>/rank<R>.jsonl``. Data are generated from fixed seeds (no download).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+
+from tuneplat import train
+
+
+def _in_trial() -> bool:
+    return train.get_context().get_trial_id() is not None
+
+
+def data(rows: int = 512, features: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, features)).astype("float32")
+    y = (x @ np.linspace(-1.0, 1.0, features).astype("float32") + 0.1 * rng.normal(size=rows)).astype("float32")
+    return x, y.reshape(-1, 1)
+
+
+def _rank() -> int:
+    return int(json.loads(os.environ["TF_CONFIG"])["task"]["index"]) if "TF_CONFIG" in os.environ else 0
+
+
+def keras_mwms(config: dict[str, Any]) -> None:
+    """A Keras regression under ``MultiWorkerMirroredStrategy``; checkpoint each epoch, resume from the latest."""
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(0)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    x, y = data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(config["global_batch"]).repeat()
+    start = 0
+    ckpt = train.get_checkpoint() if _in_trial() else None
+    with strategy.scope():
+        if ckpt is not None:
+            from tuneplat.train.tensorflow import TensorflowCheckpoint
+
+            model = TensorflowCheckpoint(ckpt.path).get_model()  # weights and optimizer state
+            start = int(model.optimizer.iterations.numpy()) // config["steps"]
+        else:
+            model = tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(16, activation="tanh"),
+                                         tf.keras.layers.Dense(1)])
+            model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=config.get("lr", 0.05)), loss="mse")
+    if _in_trial():
+        from tuneplat.train.tensorflow.keras import ReportCheckpointCallback
+
+        callbacks: list[Any] = [ReportCheckpointCallback(metrics={"loss": "loss"})]
+    else:
+        callbacks = [_record(tf, config["out"])]
+    model.fit(ds, epochs=config["epochs"], steps_per_epoch=config["steps"], initial_epoch=start, verbose=0,
+              callbacks=callbacks)
+    if _rank() == 0:
+        folder = train.get_context().get_trial_dir() if _in_trial() else config["out"]
+        np.savez(os.path.join(folder, "final.npz"), *[w for w in model.get_weights()])
+
+
+def keras3_mwms(config: dict[str, Any]) -> None:
+    """Keras 3 (``import keras``, whatever ``TF_USE_LEGACY_KERAS`` says) under ``MultiWorkerMirroredStrategy``."""
+    import keras
+    import tensorflow as tf
+
+    from tuneplat.train.tensorflow.keras import ReportCheckpointCallback
+
+    keras.utils.set_random_seed(0)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    x, y = data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(config["global_batch"]).repeat()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(16, activation="tanh"),
+                                  keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05), loss="mse")
+    callback = ReportCheckpointCallback(metrics=["loss"])
+    assert isinstance(callback, keras.callbacks.Callback)  # Keras 3's base, chosen from this function's imports
+    model.fit(ds, epochs=config["epochs"], steps_per_epoch=config["steps"], verbose=0, callbacks=[callback])
+
+
+def keras_on_shard(config: dict[str, Any]) -> None:
+    """Ray's data path: ``get_dataset_shard("train").to_tf(...)`` + ``prepare_dataset_shard``, then Keras ``fit``."""
+    import tensorflow as tf
+
+    from tuneplat.train.tensorflow import prepare_dataset_shard
+    from tuneplat.train.tensorflow.keras import ReportCheckpointCallback
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    shard = train.get_dataset_shard("train")
+    ds = prepare_dataset_shard(shard.to_tf("x", "y", batch_size=16).map(lambda x, y: (tf.reshape(x, (-1, 1)), y)))
+    rows = sum(int(x.shape[0]) for x, _ in ds)  # one pass: one epoch of this rank's shard
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1), loss="mse")
+    model.fit(ds, epochs=config.get("epochs", 2), verbose=0,
+              callbacks=[ReportCheckpointCallback(checkpoint_on=[]), _rows_in_logs(tf, rows)])
+
+
+def _rows_in_logs(tf: Any, rows: int) -> Any:
+    class Rows(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            if logs is not None:
+                logs["rows"] = rows
+
+    return Rows()
+
+
+def _record(tf: Any, out: str) -> Any:
+    class Record(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            with open(os.path.join(out, f"rank{_rank()}.jsonl"), "a", encoding="utf-8") as f:
+                f.write(json.dumps({"epoch": epoch, "loss": float(logs["loss"])}) + "\n")
+
+    return Record()
+
+
+# ------------------------------------------------------------------ the library's own launch, by hand
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch_by_hand(loop: str, n: int, config: dict[str, Any], out: str, timeout: float = 600) -> list[dict]:
+    """``n`` processes of ``loop``, each with the ``TF_CONFIG`` of its index; rank 0's recorded epochs."""
+    os.makedirs(out, exist_ok=True)
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(n)]
+    procs = []
+    for i in range(n):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
+        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TMPDIR": str(out),
+               "TF_USE_LEGACY_KERAS": os.environ.get("TF_USE_LEGACY_KERAS", "1"), "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), loop,
+                                       json.dumps({**config, "out": str(out)})], env=env, cwd=str(out),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-4000:]
+    with open(os.path.join(out, "rank0.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](json.loads(sys.argv[2]))
