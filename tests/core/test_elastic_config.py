@@ -29,7 +29,8 @@ def test_tuple_form_gives_bounds_and_an_int_stays_a_fixed_size_group():
     ((1, "4"), r"`ScalingConfig.num_workers \(max_workers\)` is '4', but must be an int"),
     ((1, 2, 3), r"`ScalingConfig.num_workers` is \(1, 2, 3\), but must be an int >= 1, or a tuple"),
     ((True, 2), r"`ScalingConfig.num_workers \(min_workers\)` is True, but must be an int"),
-    (0, r"`ScalingConfig.num_workers` is 0, but must be an int >= 1, or a tuple \(min_workers, max_workers\)"),
+    (-1, r"`ScalingConfig.num_workers` is -1, but must be an int >= 1 \(0: local mode.*\), or a tuple \(min_workers, "
+         r"max_workers\)"),
     (2.0, r"`ScalingConfig.num_workers` is 2.0, but must be an int >= 1"),
 ])
 def test_bad_bounds_name_the_rule(value, message):

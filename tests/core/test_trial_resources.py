@@ -99,7 +99,7 @@ def test_searched_scaling_config_in_param_space(storage):
 
 
 def test_searched_scaling_config_is_validated_per_trial_and_in_one_place(storage):
-    space = {"scaling_config": ScalingConfig(num_workers=tune.grid_search([0, 1])), "x": 0.0}
+    space = {"scaling_config": ScalingConfig(num_workers=tune.grid_search([-1, 1])), "x": 0.0}
     grid = _fit(storage, curve, space, VirtualTimeExecutor(num_slots=2))
     errors = sorted(str(r.error) for r in grid if r.error)
     assert len(errors) == 1 and "ScalingConfig.num_workers" in errors[0] and "scaling_config" in errors[0]

@@ -285,6 +285,7 @@ _SCALING_FIELDS: dict[str, Field | None] = {
                                                                     and not isinstance(v, bool) and v >= 0),
                                             "a number of seconds >= 0, or null"),
     "use_gpu": BOOL,
+    "accelerator_type": OPT_STR,
     "resources_per_worker": _f(
         lambda v: isinstance(v, dict) and all((_is_num(x) and x >= 0) or (str(k).lower() == "gpu_memory"
                                                                           and _is_memory(x)) for k, x in v.items()),
