@@ -160,8 +160,21 @@ class TorchBackend(Backend):
         spec = worker_group.spec
         if spec.world_size > 1:  # never import torch for single-rank CPU trials
             _teardown_process_group(worker_group.store, spec, self._backend, worker_group.failed, self._sockets)
-        elif spec.gpu_ids:
+            return
+        _destroy_own_group()
+        if spec.gpu_ids:
             _release_gpu_memory()
+
+
+def _destroy_own_group() -> None:
+    """A single rank's library made its own process group (DeepSpeed, Accelerate, FSDP on 1 rank): end it, or the
+    next trial of this worker process could not join its group ("initialize the default process group twice")."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the trial's outcome is decided; the next group reports its own error
+        logger.warning("tuneplat: could not end the process group a single rank made", exc_info=True)
 
 
 def _join_process_group(group: RankGroup, backend: str, timeout_s: float) -> dict[int, str]:
