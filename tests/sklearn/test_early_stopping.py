@@ -37,11 +37,14 @@ def test_asha_stops_bad_sgd_candidates_trained_with_partial_fit(kw, tmp_path):
     search = TuneGridSearchCV(SGDClassifier(random_state=0), grid, cv=3, early_stopping=True, max_iters=9, **kw)
     search.fit(X, Y)
     its = _iterations(search)
-    assert its[1e-4] == 9, its  # the first trial at every rung goes on: it trains to max_iters
+    # a candidate first at every rung goes on to max_iters: with two trials running at once, which of the good ones
+    # reaches a rung first depends on the machine, so the one trained to the end is found, not assumed
+    full = [a for a in (1e-4, 3e-4, 1e-3) if its[a] == 9]
+    assert full, its
     assert all(its[a] < 9 for a in (3.0, 10.0, 30.0)), its  # bad ones stopped at a rung
     assert sum(its.values()) < 6 * 9
     # every increment was reported (one training_iteration per partial_fit epoch), and the scores moved
-    best = next(r for r in search.result_grid_ if r.config["alpha"] == 1e-4)
+    best = next(r for r in search.result_grid_ if r.config["alpha"] == full[0])
     hist = best.metrics_dataframe
     assert hist["training_iteration"].tolist() == list(range(1, 10))
     assert hist["sklearn_iterations"].tolist() == list(range(1, 10))
