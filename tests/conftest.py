@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 from procs import kept_note, popen, stop
@@ -110,33 +111,56 @@ def _free_port_s3() -> int:
         return s.getsockname()[1]
 
 
+class _MotoServer:
+    """moto's S3 server on 127.0.0.1:port, started again on the same port if it is no longer running (a test
+    elsewhere in the session that ends stray processes has been seen to take it down under load)."""
+
+    def __init__(self, log_dir: Any) -> None:
+        self.port = _free_port_s3()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_dir / "moto.log"
+        self.proc: Any = None
+
+    def ensure(self) -> str:
+        if self.proc is not None and self.proc.poll() is None:
+            return self.url
+        if self.proc is not None:
+            logging.getLogger("tuneplat.tests").warning("moto.server had exited (%s); starting it again",
+                                                        self.proc.returncode)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the server's lifetime
+        self.proc = popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                          stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:  # readiness probe of an external process
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moto.server exited with {self.proc.returncode}: "
+                                   f"{open(self.log_path).read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=2):
+                    return self.url
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # readiness probe of an external process: nothing to block on
+
+
 @pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory):
-    """The URL of a running S3 server (stopped at the end of the session)."""
+def _moto_server(tmp_path_factory):
     try:  # part of the test extras: a missing one is an error to fix, not a reason to skip
         import moto.server  # noqa: F401
         import s3fs  # noqa: F401
     except ImportError as exc:
         pytest.fail(f"the remote-storage tests need s3fs and moto[server]: pip install -e '.[test]' ({exc})")
-    port = _free_port_s3()
-    log_path = tmp_path_factory.mktemp("s3") / "moto.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - kept open for the server's lifetime
-    proc = popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                 stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:  # readiness probe of an external process
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto.server exited with {proc.returncode}: {open(log_path).read()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/moto-api/", timeout=2):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)  # readiness probe of an external process: nothing to block on
-    yield url
-    stop(proc)
+    server = _MotoServer(tmp_path_factory.mktemp("s3"))
+    yield server
+    if server.proc is not None:
+        stop(server.proc)
+
+
+@pytest.fixture
+def s3_endpoint(_moto_server):
+    """The URL of a running S3 server (one for the session, stopped at its end)."""
+    return _moto_server.ensure()
 
 
 _BUCKETS = iter(range(10**6))
