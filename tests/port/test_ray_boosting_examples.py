@@ -8,6 +8,7 @@ printed and the experiment folder it left.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -57,16 +58,33 @@ def trial_results(cwd) -> dict[str, list[dict]]:
     return out
 
 
+def trial_configs(cwd) -> dict[str, dict]:
+    """Every trial's config (its params.json), by trial folder."""
+    out: dict[str, dict] = {}
+    for top, _dirs, files in os.walk(cwd / "tuneplat_results"):
+        if "params.json" in files:
+            with open(os.path.join(top, "params.json"), encoding="utf-8") as f:
+                out[os.path.basename(top)] = json.load(f)
+    return out
+
+
 def test_xgboost_example_asha_stops_trials_and_the_best_booster_loads(tmp_path):
     pytest.importorskip("xgboost", reason="the xgboost extra is not installed")
     pytest.importorskip("sklearn", reason="scikit-learn is not installed")
     proc = run_ported("xgboost_example", tmp_path)
     accuracy = float(re.search(r"Best model total accuracy: ([0-9.]+)", proc.stdout).group(1))
-    # the configurations are drawn at random (eta from 1e-4 to 1e-1, unseeded in Ray's script), so the figure varies
-    # from run to run (0.89 and above seen here); a model that learned clearly beats the majority class (63 %)
-    assert accuracy > 0.85, accuracy
     trials = trial_results(tmp_path)
     assert len(trials) == 10
+    configs = trial_configs(tmp_path)
+    # eta is drawn from loguniform(1e-4, 1e-1), unseeded in Ray's script: below ~0.02, 10 rounds leave the model at
+    # the class prior (63 % accuracy) whatever the platform does. Where the draw lets a trial learn (eta >= 0.05 and
+    # ASHA let it run 10 rounds) it beats the prior clearly; the printed best is the best trial's last result.
+    for name, rs in trials.items():
+        if configs[name]["eta"] >= 0.05 and len(rs) == 10:
+            assert 1.0 - rs[-1]["test-error"] > 0.85, (configs[name], rs[-1])
+    best = min(trials.values(), key=lambda rs: rs[-1]["test-logloss"])
+    assert abs(accuracy - (1.0 - best[-1]["test-error"])) < 1e-4, (accuracy, best[-1])
+    assert accuracy > 0.55, accuracy
     rounds = sorted(max(r["training_iteration"] for r in rs) for rs in trials.values())
     assert rounds[-1] == 10 and rounds[0] < 10, rounds  # ASHA (max_t=10, grace 1) stopped trials early
     stopped = sum(1 for n in rounds if n < 10)
@@ -92,8 +110,23 @@ def test_lightgbm_example_reaches_rays_figure(tmp_path):
     assert "Best hyperparameters found were: " in proc.stdout
     trials = trial_results(tmp_path)
     assert len(trials) == 4  # grid gbdt/dart x num_samples=2
-    best = min(min(r["binary_error"] for r in rs) for rs in trials.values())
-    assert best < 0.1, best  # Ray's figure: ~0.03-0.06 binary error on the held-out quarter
+    # Ray's script draws learning_rate from loguniform(1e-8, 1e-1), unseeded: a draw below ~1e-3 leaves the model at
+    # the class prior (binary_error ~0.3-0.4, as for the majority class) whatever the platform does, and all four
+    # draws land there about a third of the time. So "it learned" is asserted where the draw lets it learn: a trial
+    # with learning_rate >= 0.02 that ASHA let run 16 rounds is below Ray's figure; every trial reports every round.
+    learners = 0
+    configs = trial_configs(tmp_path)
+    for name, rs in trials.items():
+        assert [r["training_iteration"] for r in rs] == list(range(1, len(rs) + 1))
+        assert all(0.0 <= r["binary_error"] <= 0.6 for r in rs), [r["binary_error"] for r in rs]
+        if configs[name]["learning_rate"] >= 0.02 and len(rs) >= 16:
+            learners += 1
+            assert min(r["binary_error"] for r in rs) < 0.1, rs[-1]  # Ray's figure: ~0.03-0.06 binary error
+    print(f"{learners} of 4 trials could learn")
+    errors = sorted((rs[-1]["binary_error"], name) for name, rs in trials.items())  # best: the last result, scope "last"
+    if errors[0][0] < errors[1][0]:  # (a tie may pick either)
+        printed = proc.stdout.split("Best hyperparameters found were: ", 1)[1].strip()
+        assert ast.literal_eval(printed) == configs[errors[0][1]], (printed, errors)
     assert all("binary_logloss" in rs[-1] for rs in trials.values())
 
 

@@ -113,19 +113,24 @@ class PeakRSS:
 
 
 def stream_and_measure(config: dict) -> None:
-    """Two epochs over the shard as torch batches; reports this rank's RSS before and at its peak."""
+    """Two epochs over the shard as torch batches; reports this rank's RSS before, after the first batch (imports
+    and buffers that do not depend on the dataset are paid by then) and at each epoch's peak."""
     import torch
 
     ctx = train.get_context()
     shard = train.get_dataset_shard("train")
-    rows = 0
+    rows, peaks, warm = 0, [], None
     with PeakRSS() as mem:
         for _ in range(2):
-            for batch in shard.iter_torch_batches(batch_size=4096, dtypes=torch.float32):
-                rows += len(batch["f0"])
+            with PeakRSS() as epoch:
+                for batch in shard.iter_torch_batches(batch_size=4096, dtypes=torch.float32):
+                    rows += len(batch["f0"])
+                    if warm is None:
+                        warm = epoch._proc.memory_info().rss
+            peaks.append(epoch.peak)
     path = os.path.join(ctx.get_trial_dir(), f"mem{ctx.get_world_rank()}.json")
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"before": mem.before, "peak": mem.peak, "rows": rows}, f)
+        json.dump({"before": mem.before, "warm": warm, "peak": mem.peak, "epoch_peaks": peaks, "rows": rows}, f)
     train.report({"rows": rows})
 
 

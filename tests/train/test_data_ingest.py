@@ -228,7 +228,8 @@ def test_streaming_keeps_driver_and_ranks_far_below_the_dataset(tmp_path, storag
     """~350 MB of Parquet, 2 epochs on 2 ranks: the driver's and each rank's RSS grow by a small part of it.
 
     A rank holds about ``prefetch_partitions + 1`` partitions (here 3 MB each) and its worker those it computed
-    for either rank: the growth depends on the partition size, not on the dataset's.
+    for either rank: after the first batch (imports and Arrow's pools, whose size depends on the machine, not on the
+    data), the growth depends on the partition size, not on the dataset's, and the second epoch holds no more.
     """
     from cluster_fixtures import local_client
 
@@ -253,11 +254,18 @@ def test_streaming_keeps_driver_and_ranks_far_below_the_dataset(tmp_path, storag
             ranks.append(json.load(f))
     assert sum(m["rows"] for m in ranks) == 2 * rows * files  # 2 epochs of every row
     growth = [m["peak"] - m["before"] for m in ranks]
+    print([{k: (round(v / 1e6) if k != "epoch_peaks" else [round(x / 1e6) for x in v]) for k, v in m.items()
+            if k != "rows"} for m in ranks])
     print(f"dataset {size / 1e6:.0f} MB on disk; driver RSS {driver.before / 1e6:.0f} -> peak {driver.peak / 1e6:.0f} MB;"
           f" ranks' RSS growth {[round(g / 1e6) for g in growth]} MB, peaks {[round(m['peak'] / 1e6) for m in ranks]} MB")
     assert driver.peak - driver.before < size / 8, "the driver held a large part of the dataset"
-    for g in growth:
-        assert g < size / 3, f"a rank's RSS grew by {g / 1e6:.0f} MB for a {size / 1e6:.0f} MB dataset"
+    for m, g in zip(ranks, growth):
+        # what the first batch costs (imports, Arrow's pools and threads: 96 MB here, ~130 MB on a larger CI machine)
+        # does not depend on the dataset; after it, a rank holds a few partitions, not its 174 MB half of the data
+        assert m["peak"] - m["warm"] < size / 8, f"a rank's RSS grew by {(m['peak'] - m['warm']) / 1e6:.0f} MB after" \
+            f" its first batch, for a {size / 1e6:.0f} MB dataset"
+        assert m["epoch_peaks"][1] - m["epoch_peaks"][0] < size / 16, "the second epoch held more than the first"
+        assert g < size / 2, f"a rank's RSS grew by {g / 1e6:.0f} MB for a {size / 1e6:.0f} MB dataset"
 
 
 def test_public_names():
