@@ -106,7 +106,8 @@ class TuneLoop(_Launching, _Endings, _LoopState):
                 request=self.request, world_size=self.world_size, placement_strategy=self.sc.placement_strategy,
                 backend=self.sc.backend, metric=self.metric, storage_fs=self.storage_fs,
                 raw_trainable=self.raw_trainable, say=self.reporter.say, min_world_size=self.min_world_size,
-                grow_interval_s=self.sc.elastic_resize_monitor_interval_s, trial_io=self.trial_io))
+                grow_interval_s=self.sc.elastic_resize_monitor_interval_s, trial_io=self.trial_io,
+                scaling=self.scaling))
             if self.tc.time_budget_s:
                 self._deadline = self.executor.now() + self.tc.time_budget_s
             if self.executor.dashboard_link:
