@@ -145,15 +145,25 @@ class TunerView:
     def trials(self) -> list[Trial]:
         """Every trial, in creation order, as hooks see them (:class:`SeenTrial`); the list grows as trials are
         added (as Ray's callbacks get it: do not change it)."""
+        return self._refresh()
+
+    def _refresh(self) -> list[Trial]:
+        """The views of every trial, brought up to date with the loop's list (it only grows)."""
         live, seen = self._loop.trials, self._seen_list
-        if len(seen) != len(live) or (seen and seen[-1].trial_id != live[-1].trial_id):
+        n = len(seen)
+        if n == len(live) and (not n or seen[-1].trial_id == live[-1].trial_id):
+            return seen
+        if n < len(live) and (not n or seen[-1].trial_id == live[n - 1].trial_id):
+            seen.extend(self.seen(t) for t in live[n:])  # (new trials: the usual case)
+        else:
             seen[:] = [self.seen(t) for t in live]
         return seen
 
     @property
     def by_id(self) -> Mapping[str, Trial]:
         """Trials by id (as hooks see them)."""
-        return MappingProxyType({t.trial_id: t for t in self.trials})
+        self._refresh()
+        return MappingProxyType(self._seen)
 
     @property
     def experiment_dir(self) -> str:
