@@ -409,6 +409,8 @@ class TuneLoop(_Launching, _Endings, _LoopState):
         trial = self.by_id[event.trial_id]
         run = self.running[event.trial_id]
         result, iteration = event.result, event.iteration
+        # Ray's checkpoint_dir_name: the folder of the checkpoint this result carried (None without one)
+        result["checkpoint_dir_name"] = os.path.basename(path.rstrip("/")) if event.staged and path else None
         if event.staged:
             if path is not None:
                 self.commits.record(trial, iteration, result, path)
