@@ -59,6 +59,7 @@ import heapq
 import inspect
 import itertools
 import logging
+import math
 import os
 import threading
 import time as _time
@@ -361,11 +362,18 @@ class _VirtualSession(Session):
         return reply
 
 
+def _cpu_slots(request: Mapping[str, float]) -> int:
+    """Virtual slots one rank of ``request`` takes: one per whole CPU it asks (a CPU of a slot each), at least one."""
+    cpus = float(request.get("CPU", 1.0) or 0.0)
+    return max(1, math.ceil(cpus - 1e-9))
+
+
 class VirtualTimeExecutor(TrialExecutor):
     """Runs trials in the tuner's process in virtual time (see the module docstring).
 
     Args:
-        num_slots: how many ranks run at once (a trial takes ``num_workers`` slots).
+        num_slots: how many ranks run at once: a CPU each (a trial takes ``num_workers`` slots, times the whole
+            CPUs each rank asks for: ``{"CPU": 2}`` takes two).
         iteration_s: virtual seconds an iteration takes when its result has no
             ``time_this_iter_s`` (and, for a real trainable, it did not :func:`sleep`).
         start_s: virtual seconds a trial takes to start.
@@ -478,15 +486,16 @@ class VirtualTimeExecutor(TrialExecutor):
         return len(self._trials) + len(self._threads)
 
     def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> _VRes | None:
-        need = self.ctx.world_size if world_size is None else world_size
+        asked = self.ctx.request if request is None else request
+        need = (self.ctx.world_size if world_size is None else world_size) * _cpu_slots(asked)
         if self._free < need:
             self._starving = self.running() == 0  # nothing will ever free a slot for it
             return None
-        share = self._gpu_share(self.ctx.request if request is None else request)
+        share = self._gpu_share(asked)
         devices: list[list[tuple[int, float]]] = []
         if share > 0:
             free = list(self._gpu_free)
-            for _ in range(need):
+            for _ in range(need // _cpu_slots(asked)):
                 got = self._place(free, share)
                 if got is None:
                     return None
@@ -527,6 +536,10 @@ class VirtualTimeExecutor(TrialExecutor):
         except ValueError as exc:
             raise PlacementError(str(exc)) from None
 
+    def capacity(self) -> dict[str, float]:
+        """One CPU per slot, and the virtual GPUs."""
+        return {"CPU": float(self.num_slots), "GPU": float(self.gpus)}
+
     def gpu_memory_bytes(self) -> float | None:
         return self.gpu_memory if self.gpus else None
 
@@ -536,6 +549,10 @@ class VirtualTimeExecutor(TrialExecutor):
         if world_size > self.num_slots:
             raise PlacementError(f"A trial needs {world_size} rank(s) but VirtualTimeExecutor(num_slots="
                                  f"{self.num_slots}) has fewer slots; raise num_slots.")
+        if world_size * _cpu_slots(request) > self.num_slots:
+            raise PlacementError(f"A trial needs {world_size} rank(s) with {{CPU={request.get('CPU', 1):g}}} each "
+                                 f"(one slot per CPU) but VirtualTimeExecutor(num_slots={self.num_slots}) has "
+                                 f"{self.num_slots} slot(s); raise num_slots.")
         share = self._gpu_share(request)
         if share <= 0:
             return
@@ -759,7 +776,8 @@ class VirtualTimeExecutor(TrialExecutor):
             node_rank=0, tuner_addr=("virtual", 0), token=b"", config=dict(spec.config),
             start_iteration=spec.start_iteration, time_offset=spec.time_offset,
             checkpoint_path=spec.checkpoint_path, backend=ctx.backend or "gloo", metric=ctx.metric,
-            storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir)
+            storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
+            resources=dict(spec.request or ctx.request), cpus=float((spec.request or ctx.request).get("CPU", 1.0)))
         self._threads[spec.trial_id] = tt
         self._ready.append(Started(spec.trial_id))
         self._schedule(tt, self.start_s, ("resume", ("go",)))
