@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .._config import RunConfig, TuneConfig
-    from ._loop import TuneLoop
+    from ._loop_state import _LoopState
     from ._trial import Trial
 
 __all__ = ["TunerView"]
@@ -24,7 +24,7 @@ class TunerView:
 
     __slots__ = ("_loop",)
 
-    def __init__(self, loop: TuneLoop) -> None:
+    def __init__(self, loop: _LoopState) -> None:
         self._loop = loop
 
     @property

@@ -551,14 +551,18 @@ class Cluster:
                        hosts, address[0], address[1], example)
 
     def close(self) -> None:
-        procs = self._embedded_processes()
+        # the children before the snapshot of the workers: a worker a nanny (re)starts between the two is either in
+        # the snapshot or counted as new below, never in neither
         before = _child_pids() if self.local_cluster is not None else set()
+        procs = self._embedded_processes()
         try:
             self._close()
         finally:
             # and worker processes a nanny started while the cluster closed (it restarts a worker that exits under
-            # it): not in the snapshot above, they would outlive fit()
+            # it): not in the snapshot above, they would outlive fit(); a second look catches one started while the
+            # first ones were being ended
             _end_processes(procs + _worker_processes_started_since(before))
+            _end_processes(_worker_processes_started_since(before))
 
     def _embedded_processes(self) -> list[Any]:
         """The embedded cluster's worker processes and everything they started (DataLoader workers, ...)."""

@@ -313,7 +313,12 @@ class Session:
                 trial_id=self.spec.trial_id,
                 pid=self.pid,
                 hostname=self.hostname,
+                # Ray's other auto-filled keys, so scripts that read them port unchanged
+                date=time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now)),
+                node_ip=self.spec.host,
+                time_since_restore=now - self.start_time,
             )
+            result.setdefault("done", False)
             result.update(gpu_memory())
             if staged:  # kept beside the checkpoint for get_all_reported_checkpoints()
                 self._keep_metrics(result)
