@@ -204,15 +204,14 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
                                      self.cluster.pending_slots())
 
     def capacity(self) -> dict[str, float]:
-        """Every worker's CPUs (those still starting on the embedded cluster included) and GPUs."""
-        slots = list(self.ledger.slots.values())
-        if self.cluster is not None:
-            slots += self.cluster.pending_slots()
+        """Every worker's CPUs and GPUs; the embedded cluster's as planned (workers starting or restarting count)."""
         pools: dict[str, float] = {}
-        for s in slots:
+        for s in self.ledger.slots.values():
             if s.gpu_pool:
                 pools[s.gpu_pool] = float(len(s.gpus))
-        return {"CPU": float(sum(s.cpu for s in slots)), "GPU": float(sum(pools.values()))}
+        have = {"CPU": float(sum(s.cpu for s in self.ledger.slots.values())), "GPU": float(sum(pools.values()))}
+        planned = self.cluster.planned_capacity() if self.cluster is not None else {}
+        return {k: max(v, planned.get(k, 0.0)) for k, v in have.items()}
 
     def gpu_memory_bytes(self) -> float | None:
         if self._device_bytes is None:
