@@ -20,6 +20,7 @@ from ._journal import pickle_hex, to_jsonable
 from ._loop_state import _LoopState
 from ._phase import ExperimentPhase
 from ._trial import RunState, Trial, TrialStatus
+from ._view import copy_result
 
 __all__: list[str] = []
 
@@ -141,14 +142,16 @@ class _Endings(_LoopState):
             error_file = self.trial_files.write_error(trial)
             self.scheduler.on_trial_error(trial.trial_id)
             info = {"oom": True} if trial.error_kind == OOM and _takes_info(self.searcher) else {}
-            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True, **info)
+            self.searcher.on_trial_complete(trial.trial_id, result=copy_result(trial.last_result) or None, error=True,
+                                            **info)
             self.reporter.trial_error(trial, error_file)
         elif trial.resumable:
             pass  # not complete: the searcher and scheduler keep it as it was, for a restore
         else:
             self.scheduler.on_trial_complete(trial.trial_id, trial.last_result or None)
             info = {"pruned": True} if trial.stopped_by_scheduler else {}
-            self.searcher.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False, **info)
+            self.searcher.on_trial_complete(trial.trial_id, result=copy_result(trial.last_result) or None,
+                                            error=False, **info)
         self.hooks.trial_complete(trial)
 
     def _teardown_all(self, reason: str) -> None:

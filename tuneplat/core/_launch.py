@@ -144,7 +144,7 @@ class _Launching(_LoopState):
 
     def _could_start(self) -> int:
         """How many trials could start now if there were room: queued ones, then new suggestions (elastic only)."""
-        if self.min_world_size is None:
+        if not self.scaling.wants_waiting():
             return 0
         count = len(self.queue)
         if not (self.searcher_done or self.searcher_blocked or self.stopping):
@@ -158,7 +158,7 @@ class _Launching(_LoopState):
         return count
 
     def _set_waiting(self, count: int) -> None:
-        if self.min_world_size is not None:  # (elastic groups only: fixed-size groups behave as before)
+        if self.scaling.wants_waiting():  # (elastic groups only: the scaling policy's ``waiting``)
             self.executor.set_waiting(max(0, count))
 
     def _start(self, trial: Trial, reservation: Any) -> None:

@@ -18,7 +18,6 @@ restorable; :meth:`TuneLoop.run` then raises :class:`TuneError`.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -57,6 +56,7 @@ from ._search import restore_algorithms, set_objective
 from ._state import apply
 from ._stop import MetricCheck
 from ._trial import Trial, TrialStatus
+from ._view import copy_result
 
 logger = logging.getLogger("tuneplat")
 
@@ -109,7 +109,8 @@ class TuneLoop(_Launching, _Endings, _LoopState):
                 request=self.request, world_size=self.world_size, placement_strategy=self.sc.placement_strategy,
                 backend=self.sc.backend, metric=self.metric, storage_fs=self.storage_fs,
                 raw_trainable=self.raw_trainable, say=self.reporter.say, min_world_size=self.min_world_size,
-                grow_interval_s=self.sc.elastic_resize_monitor_interval_s, trial_io=self.trial_io))
+                grow_interval_s=self.sc.elastic_resize_monitor_interval_s, trial_io=self.trial_io,
+                scaling=self.scaling))
             if self.tc.time_budget_s:
                 self._deadline = self.executor.now() + self.tc.time_budget_s
             if self.executor.dashboard_link:
@@ -438,21 +439,23 @@ class TuneLoop(_Launching, _Endings, _LoopState):
             logger.warning("tuneplat: trial %s reported non-finite %s=%r at iteration %s; schedulers count it "
                            "as the worst value", trial.trial_id, m, v, result.get("training_iteration"))
             self._write(ev.TrialWarning(trial_id=trial.trial_id, message=f"non-finite metric {m}={v!r}"))
-        # Ray's order: the scheduler decides, then the searcher hears the result, then the callbacks get a copy of
-        # it (an edit there changes neither the decision, the searcher's input, the journal nor the best trial)
+        # Ray's order: the scheduler decides, then the searcher hears the result, then the callbacks; the searcher
+        # and the callbacks get one copy of it, nested values too, and callbacks a read-only trial whose config is
+        # their own copy (core/_view.py), so an edit there changes neither the decision, the journal nor the best
+        # trial (as in Ray, a callback sees what the searcher left in it)
         try:
             decision, reason, pruned = self.actions.decide(trial, run, result)
         except TypeError as exc:  # e.g. a non-numeric time_attr value: this trial fails (not the experiment)
             self._no_retry.add(trial.trial_id)  # (its next result would fail the same way)
             self.executor.fail(trial.trial_id, f"TypeError: {exc}")
             return
-        self.searcher.on_trial_result(trial.trial_id, result)
-        seen = _copy_result(result)
+        seen = copy_result(result)
+        self.searcher.on_trial_result(trial.trial_id, seen)
         self.hooks.trial_result(trial, seen)
         if self.hooks.wants_group_reports:  # (Ray V2's UserCallback: every rank's metrics)
             others = (event.rank_metrics or [None])[1:]
-            self.hooks.group_report(trial, _copy_result(result),
-                                    [_copy_result(result), *(_copy_result(m) if m else {} for m in others)])
+            self.hooks.group_report(trial, copy_result(result),
+                                    [copy_result(result), *(copy_result(m) if m else {} for m in others)])
         if decision is not Decision.CONTINUE:
             run.decision = decision
             run.abort_at = None
@@ -490,11 +493,6 @@ class TuneLoop(_Launching, _Endings, _LoopState):
                 continue
             if self.journal is not None:
                 self._write(event)
-
-
-def _copy_result(result: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a result for callbacks, nested values too (what a callback edits stays its own)."""
-    return {k: copy.deepcopy(v) if isinstance(v, (dict, list, set)) else v for k, v in result.items()}
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -26,6 +26,7 @@ from ._commits import CheckpointCommits, TrialFiles
 from ._failure import FailurePolicy
 from ._journal import Journal
 from ._phase import ExperimentPhase
+from ._scaling import ScalingPolicy
 from ._shapes import TrialShapes
 from ._state import ExperimentState
 from ._stop import MetricCheck, StopRules
@@ -76,6 +77,10 @@ class _LoopState:
         self.shapes = TrialShapes(self.request, self.world_size, trial_resources, executor)
         #: an elastic group's fewest ranks (ScalingConfig(num_workers=(min, max))); None for fixed-size groups
         self.min_world_size = scaling_config.min_workers if scaling_config.elastic else None
+        #: how big a trial's group is (start bounds; Noop | Resize(n) at a checkpoint), handed to the executor,
+        #: which carries its decisions out; the loop tells it how many trials wait for room
+        self.scaling = ScalingPolicy.of(self.world_size, self.min_world_size,
+                                        scaling_config.elastic_resize_monitor_interval_s)
         self._resize_reasons: dict[str, tuple[int | None, str]] = {}  # trial id -> (old size, why) until it restarts
         self.resume = resume
         #: a restore's resume_errored/restart_errored (journaled with the experiment event, which reopens the trials)

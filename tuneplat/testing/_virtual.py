@@ -63,6 +63,7 @@ from collections.abc import Iterable, Mapping
 
 from schedulers import Decision
 
+from ..core._scaling import GroupSize, Resize, ScalingDecision, ScalingPolicy
 from ..execution import _protocol as proto
 from ..execution._executor import (
     Ended,
@@ -131,6 +132,7 @@ class VirtualTimeExecutor(_Threads, _Curves, _VState):
     # ------------------------------------------------------------------ the seam
     def setup(self, ctx: ExecutorContext) -> None:
         self.ctx = ctx
+        self.scaling = ctx.scaling or ScalingPolicy.of(ctx.world_size, ctx.min_world_size, ctx.grow_interval_s)
         raw = ctx.raw_trainable
         self._curves = self._curve is not None or inspect.isgeneratorfunction(raw)
         if ctx.world_size > self.num_slots:
@@ -265,12 +267,20 @@ class VirtualTimeExecutor(_Threads, _Curves, _VState):
         if vt is None or not vt.waiting:
             return
         vt.waiting = False
-        if decision is Decision.CONTINUE and vt.preempted:  # its checkpoint is committed: start again elsewhere
-            self._end(vt, Outcome.RESIZED, f"host of trial {trial_id} preempted", preempted=True)
+        scaled = self._scale(vt) if decision is Decision.CONTINUE else None
+        if isinstance(scaled, Resize):  # its checkpoint is committed: start again elsewhere
+            self._end(vt, Outcome.RESIZED, scaled.reason, preempted=vt.preempted)
         elif decision is Decision.CONTINUE:
             self._advance(vt, 0.0)
         else:
             self._end(vt, Outcome.FINISHED)
+
+    def _scale(self, vt: _VTrial) -> ScalingDecision:
+        """The scaling policy's decision at a curve's report (each one is checkpointed)."""
+        group = GroupSize(size=vt.slots, checkpointed=True, preempted=(
+            f"host of trial {vt.spec.trial_id} preempted" if vt.preempted else None), preempted_ranks=vt.slots)
+        # (a virtual group is placed with the ranks it asks for and never grows: no worker is ever free for it)
+        return self.scaling.at_checkpoint(group, 0, lambda limit: 0)
 
     def abort(self, trial_id: str, reason: str) -> None:
         tt = self._threads.get(trial_id)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core._scaling import ScalingPolicy
 from ..execution._executor import (
     Event,
     ExecutorContext,
@@ -103,6 +104,7 @@ class _VState(TrialExecutor):
     """What the virtual-time executor knows (its mixins act on it): slots, GPUs, memory, trials, the clock."""
 
     ctx: ExecutorContext
+    scaling: ScalingPolicy
 
     def __init__(self, num_slots: int = 4, *, iteration_s: float = 1.0, start_s: float = 0.0,
                  curve: Callable[[TrialSpec], Iterable[Any]] | None = None, gpus: int = 0,
