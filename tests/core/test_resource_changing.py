@@ -236,3 +236,81 @@ def test_allocation_functions_give_what_rays_give(kwargs, top):
             assert out[0] == out[1], (base, live, cpus, gpus, i)
             compared += 1
     assert compared >= 10
+
+
+class _InterruptAfterResize(tune.Callback):
+    """Ctrl-C once some trial was resized and has run a step with its new CPUs (once: the restored run has it too)."""
+
+    fired = False
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result["cpus"] != 1.0 and not type(self).fired:
+            type(self).fired = True
+            raise KeyboardInterrupt
+
+
+def test_a_restore_keeps_the_resources_a_trial_was_given(storage):
+    def allocate(tune_controller, trial, result, scheduler):  # the x=2 trial gets 2 CPUs at its 2nd result
+        return PlacementGroupFactory([{"CPU": 2}]) if trial.config["x"] == 2.0 and result["training_iteration"] >= 2 \
+            else None
+
+    def run(tuner):
+        return tuner.fit()
+
+    _InterruptAfterResize.fired = False
+    first = tune.Tuner(
+        tune.with_resources(counting, PlacementGroupFactory([{"CPU": 1}])), param_space={"x": tune.grid_search([1.0, 2.0])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min",
+                                    scheduler=ResourceChangingScheduler(FIFOScheduler(), allocate)),
+        run_config=tune.RunConfig(storage_path=storage, name="rcs", mlflow=False, verbose=0,
+                                  callbacks=[_InterruptAfterResize()]),
+        executor=VirtualTimeExecutor(num_slots=4))
+    run(first)
+    path = os.path.join(storage, "rcs")
+    before = {t.trial_id: t for t in load_state(path).trials}
+    resized = [t for t in before.values() if t.resources is not None]
+    assert len(resized) == 1 and resized[0].placement_group_factory.head_cpus == 2.0
+    assert not resized[0].status.is_finished()
+    grid = tune.Tuner.restore(path, tune.with_resources(counting, PlacementGroupFactory([{"CPU": 1}])),
+                              executor=VirtualTimeExecutor(num_slots=4)).fit()
+    events = _journal(storage)
+    tid = resized[0].trial_id
+    restarts = [e for e in events if e["event"] == "trial_start" and e["trial_id"] == tid]
+    assert restarts[-1]["resources"]["resources_per_worker"] == {"CPU": 2.0}  # the resize outlived the tuner
+    for r in grid:
+        rows = r.metrics_dataframe.to_dict("records")
+        assert [m["training_iteration"] for m in rows] == list(range(1, STEPS + 1))
+        if r.metrics["trial_id"] == tid:
+            assert rows[-1]["cpus"] == 2.0
+
+
+class Counter(tune.Trainable):
+    """Ray's class API: ``self.trial_resources`` is the trial's resources after a resize."""
+
+    def setup(self, config):
+        self.i = 0
+
+    def step(self):
+        self.i += 1
+        return {"loss": self.config["x"] / self.i, "cpus": self.trial_resources.head_cpus, "done": self.i >= STEPS}
+
+    def save_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "i.json"), "w") as f:
+            json.dump({"i": self.i}, f)
+
+    def load_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "i.json")) as f:
+            self.i = json.load(f)["i"]
+
+
+def test_a_trainable_class_sees_its_new_resources(storage):
+    grid = tune.Tuner(
+        tune.with_resources(Counter, PlacementGroupFactory([{"CPU": 1}])), param_space={"x": tune.grid_search([2.0])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min",
+                                    scheduler=ResourceChangingScheduler(FIFOScheduler(), _bad_function({"CPU": 3}))),
+        run_config=tune.RunConfig(storage_path=storage, name="rcs", mlflow=False, verbose=0,
+                                  checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1)),
+        executor=VirtualTimeExecutor(num_slots=4)).fit()
+    rows = grid[0].metrics_dataframe.to_dict("records")
+    assert [m["training_iteration"] for m in rows] == list(range(1, STEPS + 1))
+    assert [m["cpus"] for m in rows] == [1.0] + [3.0] * (STEPS - 1)

@@ -420,6 +420,11 @@ class ResourceChangingScheduler(TrialScheduler):
         if self._base_trial_resources is None and view.trials:  # (a restore: the first trial's configured ones)
             self._base_trial_resources = _configured(view.trials[0])
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_view"] = state["_controller"] = None  # (the running tuner's view: bound again by the next run)
+        return state
+
     # -- events
     def on_trial_add(self, trial_id: str, config: Mapping[str, Any]) -> None:
         super().on_trial_add(trial_id, config)
