@@ -21,7 +21,9 @@ DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "porting-from-
 #: (Ray module, class names) compared; the tuneplat class is the same path with ray -> tuneplat
 CLASSES = {
     "ray.tune.schedulers": ["ASHAScheduler", "AsyncHyperBandScheduler", "HyperBandScheduler", "MedianStoppingRule",
-                            "PopulationBasedTraining", "FIFOScheduler", "TrialScheduler"],
+                            "PopulationBasedTraining", "FIFOScheduler", "TrialScheduler", "ResourceChangingScheduler"],
+    "ray.tune.schedulers.resource_changing_scheduler": ["DistributeResources", "DistributeResourcesToTopJob"],
+    "ray.tune.execution.placement_groups": ["PlacementGroupFactory"],
     "ray.tune.stopper": ["Stopper", "CombinedStopper", "ExperimentPlateauStopper", "FunctionStopper",
                          "MaximumIterationStopper", "NoopStopper", "TimeoutStopper", "TrialPlateauStopper"],
     "ray.tune.search": ["Searcher", "ConcurrencyLimiter", "Repeater", "BasicVariantGenerator"],
@@ -68,6 +70,9 @@ DIFFERENT = {
     ("ray.train.Result", "checkpoint"): "None by default (a trial without checkpoints), not required",
     ("ray.train.Result", "error"): "None by default (a trial that did not fail), not required",
     ("ray.train.Result", "config"): "tuneplat.Result is Tune's and Train's: the trial's config is its first field",
+    ("ray.tune.schedulers.ResourceChangingScheduler", "resources_allocation_function"):
+        "the default is DistributeResources(add_bundles=False) as Ray's (tuneplat's class: two objects, never equal "
+        "by repr); tests/core/test_resource_changing.py checks it",
 }
 
 

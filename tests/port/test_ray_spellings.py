@@ -233,3 +233,35 @@ def test_setup_mlflow_logs_into_the_mirrors_run_named_by_the_name_creator(dask_c
         assert run.info.status == "FINISHED"
     target = os.path.join(storage, "named", "mlflow_target.json")
     assert oct(os.stat(target).st_mode & 0o777) == "0o600"
+
+
+def test_results_carry_rays_auto_filled_keys(dask_client, storage):
+    """A ported script reads ``result.metrics["config"]``, ``["done"]``, ``["date"]``, ``["node_ip"]`` or
+    ``["time_since_restore"]`` as Ray fills them, in ``Result.metrics`` and in each ``result.json`` line; the
+    names come from installed Ray's own list when it is there."""
+    try:
+        from ray.tune.result import AUTO_RESULT_KEYS
+    except ImportError:  # the bench extra is not installed: the list as Ray 2.60 has it
+        AUTO_RESULT_KEYS = ("training_iteration", "time_total_s", "episodes_total", "timesteps_total", "node_ip",
+                            "hostname", "pid", "time_this_iter_s", "timestamp", "date", "time_since_restore",
+                            "timesteps_since_restore", "iterations_since_restore", "config", "checkpoint_dir_name")
+    # RLlib's counters (episodes, timesteps) are not filled (docs/porting-from-ray.md)
+    expected = set(AUTO_RESULT_KEYS) - {"episodes_total", "timesteps_total", "timesteps_since_restore"}
+    grid = tune.Tuner(S.number_report, param_space={"x": tune.grid_search([3.0, 4.0])}, run_config=rc(storage),
+                      client=dask_client).fit()
+    for r in grid:
+        assert expected <= set(r.metrics), expected - set(r.metrics)
+        assert r.metrics["config"] == r.config and r.metrics["done"] is True
+        assert r.metrics["node_ip"] == "127.0.0.1" and r.metrics["time_since_restore"] >= 0
+        with open(os.path.join(r.path, "result.json"), encoding="utf-8") as f:
+            lines = [json.loads(line) for line in f]
+        assert lines and all(expected <= set(line) for line in lines)
+        assert all(line["config"] == r.config and line["done"] is False for line in lines)
+        assert tuneplat.Result.from_path(r.path).metrics["config"] == r.config
+        assert r.metrics["checkpoint_dir_name"] is None  # (no checkpoint reported)
+    grid = tune.Tuner(S.air_session, run_config=rc(storage), client=dask_client).fit()
+    with open(os.path.join(grid[0].path, "result.json"), encoding="utf-8") as f:
+        names = [json.loads(line)["checkpoint_dir_name"] for line in f]
+    kept = [os.path.basename(c.path) for c, _ in grid[0].best_checkpoints]
+    assert names == kept and len(set(names)) == 2, (names, kept)  # each result names the checkpoint it carried
+    assert grid[0].metrics["checkpoint_dir_name"] == os.path.basename(grid[0].checkpoint.path)

@@ -99,14 +99,17 @@ class Callbacks:
                 logger.exception("tuneplat: callback %r failed at experiment end", cb)
 
     def trial_add(self, trial: Any) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             self._record(cb.on_trial_add(self._view, trial))
 
     def trial_start(self, trial: Any) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             self._record(cb.on_trial_start(self._view, trial))
 
     def trial_result(self, trial: Any, result: dict[str, Any]) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             self._record(cb.on_trial_result(self._view, trial, result))
 
@@ -117,38 +120,46 @@ class Callbacks:
                    is not ControllerCallback.on_group_report for cb in self.all)
 
     def group_report(self, trial: Any, result: dict[str, Any], rank_metrics: list[dict[str, Any]]) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             hook = getattr(cb, "on_group_report", None)
             if hook is not None:
                 hook(self._view, trial, result, rank_metrics)
 
     def checkpoint(self, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             cb.on_checkpoint(self._view, trial, checkpoint, metrics)
 
     def trial_superseded(self, trial: Any, after_iteration: int) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             cb.on_trial_superseded(self._view, trial, after_iteration)
 
     def trial_failure(self, trial: Any, message: str, will_retry: bool) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             cb.on_trial_failure(self._view, trial, message, will_retry)
 
     def trial_resize(self, trial: Any, old: int, new: int, reason: str) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             hook = getattr(cb, "on_trial_resize", None)
             if hook is not None:
                 hook(self._view, trial, old, new, reason)
 
     def trial_exploit(self, trial: Any, event: dict[str, Any]) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             cb.on_trial_exploit(self._view, trial, event)
 
     def trial_complete(self, trial: Any) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             self._record(cb.on_trial_complete(self._view, trial))
 
     def system_metrics(self, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             hook = getattr(cb, "on_system_metrics", None)
             if hook is not None:
@@ -158,6 +169,7 @@ class Callbacks:
                     logger.debug("tuneplat: on_system_metrics failed", exc_info=True)
 
     def stacks(self, trial: Any, path: str | None, summary: str, reason: str) -> None:
+        trial = self._view.seen(trial)
         for cb in self.all:
             hook = getattr(cb, "on_stacks", None)
             if hook is not None:

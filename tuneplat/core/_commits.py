@@ -157,6 +157,7 @@ class TrialFiles:
         self._fds: dict[str, int] = {}
         self._paths: dict[str, str] = {}
         self._waiting: dict[str, bytes] = {}
+        self._configs: dict[str, tuple[Any, str]] = {}
         self._told_full = False
 
     @staticmethod
@@ -181,7 +182,18 @@ class TrialFiles:
         """Append one result (a JSON line) to the trial's ``result.json`` (written at the next :meth:`flush`)."""
         tid = trial.trial_id
         self._paths[tid] = os.path.join(trial.path, "result.json")
+        line = self._with_config(trial, line)
         self._waiting[tid] = self._waiting.get(tid, b"") + line.encode("utf-8") + b"\n"
+
+    def _with_config(self, trial: Trial, line: str) -> str:
+        """The line with the trial's ``"config"`` appended, as Ray's result.json lines carry it (encoded once per
+        config: PBT's exploit gives a trial a new config object)."""
+        if not line.endswith("}") or '"config":' in line:
+            return line
+        cached = self._configs.get(trial.trial_id)
+        if cached is None or cached[0] is not trial.config:
+            cached = self._configs[trial.trial_id] = (trial.config, json.dumps(to_jsonable(trial.config)))
+        return f'{line[:-1]}{", " if len(line) > 2 else ""}"config": {cached[1]}}}'
 
     def flush(self) -> None:
         for tid in [t for t, data in self._waiting.items() if data]:

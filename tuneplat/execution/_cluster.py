@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import socket
-import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -18,8 +16,16 @@ from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
 from ._channel import TunerUnreachable
 from ._errors import PlacementError
+from ._local_procs import (
+    child_pids,
+    end_processes,
+    local_gpu_count,
+    quiet_distributed,
+    worker_processes_started_since,
+)
 from ._placement import Assignment, Ledger, Slot
 from ._runner import channel_client_context, connect_timeout_s
+from ._security import local_tls, make_security, temporary_security
 
 __all__ = ["Assignment", "Cluster", "Ledger", "PlacementError", "Slot", "make_security"]
 
@@ -82,85 +88,6 @@ def trainable_imports(*objects: Any) -> list[str]:
         if obj is not None:
             visit(obj, 0)
     return found
-
-
-def make_security(security: Any, where: str = "RunConfig.security") -> Any:
-    """A ``distributed.security.Security`` from one, from a dict of its arguments, or None."""
-    if security is None:
-        return None
-    from distributed.security import Security
-
-    if isinstance(security, Security):
-        return security
-    if isinstance(security, Mapping):
-        try:
-            return Security(**dict(security))
-        except (TypeError, ValueError, OSError) as exc:
-            raise ValueError(f"{where}={_redact_tls(security)!r} is not valid for distributed.security.Security: "
-                             f"{exc}. Give e.g. {{'tls_ca_file': 'ca.pem', 'tls_client_cert': 'cert.pem', "
-                             "'tls_client_key': 'key.pem', 'require_encryption': True}") from None
-    raise ValueError(f"{where} must be a distributed.security.Security or a dict of its arguments, "
-                     f"got {type(security).__name__}")
-
-
-def _redact_tls(security: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: ("<PEM>" if isinstance(v, str) and "\n" in v else v) for k, v in security.items()}
-
-
-def temporary_security() -> Any:
-    """TLS settings for the embedded cluster: a self-signed ECDSA P-256 certificate made now, held in memory only.
-
-    Like ``Security.temporary()`` (one certificate for every role, its own CA),
-    but with an elliptic-curve key: a TLS handshake then costs a fraction of an
-    RSA-2048 one, and every trial's connection to the tuner starts with one.
-    """
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-    from distributed.security import Security
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tuneplat-embedded-cluster")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=30))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("tuneplat-embedded-cluster")]), critical=False)
-            .sign(key, hashes.SHA256()))
-    cert_pem = cert.public_bytes(serialization.Encoding.PEM).decode()
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    return Security(require_encryption=True, tls_ca_file=cert_pem,
-                    tls_client_cert=cert_pem, tls_client_key=key_pem,
-                    tls_scheduler_cert=cert_pem, tls_scheduler_key=key_pem,
-                    tls_worker_cert=cert_pem, tls_worker_key=key_pem)
-
-
-def _local_tls() -> bool:
-    """The embedded cluster uses TLS (temporary certificates) unless ``TUNEPLAT_LOCAL_TLS=0``."""
-    raw = (env_str("TUNEPLAT_LOCAL_TLS") or "1").lower()
-    if raw in ("0", "false", "no", "off"):
-        return False
-    if raw in ("", "1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"TUNEPLAT_LOCAL_TLS={raw!r}: set it to 1 (TLS, the default) or 0 (plain TCP)")
-
-
-def _local_gpu_count() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() not in ("", "-1")])
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
-
 
 class Cluster:
     """The Dask cluster trials run on: given, found, or started here.
@@ -225,8 +152,8 @@ class Cluster:
             # a rank needing k whole CPUs gets a worker process of k CPUs (cores // k of them), as Ray would
             # pack trials; a need beyond this machine is left to PlacementError to explain
             per = int(cpus_per_rank) if float(cpus_per_rank).is_integer() and 1 < cpus_per_rank <= cores else 1
-            self.local_gpus = _local_gpu_count() if asked.num_gpus is None else asked.num_gpus
-            if security is None and _local_tls():
+            self.local_gpus = local_gpu_count() if asked.num_gpus is None else asked.num_gpus
+            if security is None and local_tls():
                 security = temporary_security()  # in memory; every process of the cluster gets it from us
             # its workers never run the user's __main__ script (Ray's workers don't): see tuneplat/_mainguard.py
             self._no_main = contextlib.ExitStack()  # (a failed start leaves it held: harmless)
@@ -346,6 +273,12 @@ class Cluster:
         if self._start is None or not self._start.done() or self._start.cancelled():
             return None
         return self._start.exception()  # type: ignore[no-any-return]
+
+    def planned_capacity(self) -> dict[str, float]:
+        """The embedded cluster's CPUs and GPUs once all its workers are up (empty for a cluster not ours)."""
+        if not self.expected_workers:
+            return {}
+        return {"CPU": self.expected_workers * self._per_cpu, "GPU": float(self.local_gpus)}
 
     def pending_slots(self) -> list[Slot]:
         """The embedded cluster's workers asked for and not up yet, as the slots they will be.
@@ -551,14 +484,18 @@ class Cluster:
                        hosts, address[0], address[1], example)
 
     def close(self) -> None:
+        # the children before the snapshot of the workers: a worker a nanny (re)starts between the two is either in
+        # the snapshot or counted as new below, never in neither
+        before = child_pids() if self.local_cluster is not None else set()
         procs = self._embedded_processes()
-        before = _child_pids() if self.local_cluster is not None else set()
         try:
             self._close()
         finally:
             # and worker processes a nanny started while the cluster closed (it restarts a worker that exits under
-            # it): not in the snapshot above, they would outlive fit()
-            _end_processes(procs + _worker_processes_started_since(before))
+            # it): not in the snapshot above, they would outlive fit(); a second look catches one started while the
+            # first ones were being ended
+            end_processes(procs + worker_processes_started_since(before))
+            end_processes(worker_processes_started_since(before))
 
     def _embedded_processes(self) -> list[Any]:
         """The embedded cluster's worker processes and everything they started (DataLoader workers, ...)."""
@@ -587,7 +524,7 @@ class Cluster:
         return procs
 
     def _close(self) -> None:
-        with _quiet_distributed(self.local_cluster is not None):
+        with quiet_distributed(self.local_cluster is not None):
             if self.local_cluster is not None:
                 # Workers first, so none heartbeats into a closing scheduler (a noisy traceback otherwise).
                 try:
@@ -599,69 +536,6 @@ class Cluster:
             if self.local_cluster is not None:
                 self.local_cluster.close()
                 self._no_main.close()
-
-
-def _child_pids() -> set[int]:
-    import psutil
-
-    try:
-        return {p.pid for p in psutil.Process().children()}
-    except psutil.Error:
-        return set()
-
-
-def _worker_processes_started_since(before: set[int]) -> list[Any]:
-    """Dask worker processes (a nanny's ``multiprocessing`` spawn) this process started since ``before``, with
-    whatever they started."""
-    if not before:
-        return []
-    import psutil
-
-    out: list[Any] = []
-    try:
-        children = psutil.Process().children()
-    except psutil.Error:
-        return out
-    for p in children:
-        if p.pid in before:
-            continue
-        try:
-            cmd = " ".join(p.cmdline())
-            if "multiprocessing.spawn" in cmd and "--multiprocessing-fork" in cmd:
-                out += [p, *p.children(recursive=True)]
-        except psutil.Error:
-            continue
-    return out
-
-
-def _end_processes(procs: list[Any], grace_s: float = 5.0) -> None:
-    """Make sure ``procs`` (psutil processes) are gone: wait ``grace_s`` for them to leave, then SIGKILL.
-
-    ``LocalCluster.close()`` returns once its nannies gave up waiting: a worker
-    whose task thread was inside user code (a rank in a long step, a blocked
-    collective) could outlive it. Nothing the embedded cluster started may
-    outlive ``fit()``, whatever ended it.
-    """
-    if not procs:
-        return
-    import psutil
-
-    def running(p: Any) -> bool:  # zombies too: waiting for our own reaps them
-        try:
-            return bool(p.is_running())
-        except psutil.Error:
-            return False
-
-    _gone, left = psutil.wait_procs([p for p in procs if running(p)], timeout=grace_s)
-    for p in left:
-        try:
-            p.kill()
-        except psutil.Error:
-            continue
-    if left:
-        logger.debug("tuneplat: killed %d process(es) of the embedded cluster that outlived its close", len(left))
-        psutil.wait_procs(left, timeout=grace_s)
-
 
 def _demand(seconds: float) -> None:
     """A placeholder task standing for a rank that waits to be placed (see :meth:`Cluster.wait_to_fit`)."""
@@ -702,20 +576,3 @@ def _probe_tuner(address: tuple[str, int], tls: bool, dask_worker: Any = None) -
     return None
 
 
-@contextlib.contextmanager
-def _quiet_distributed(quiet: bool) -> Iterator[None]:
-    """While our own embedded cluster shuts down, its INFO lines ("connection closed") and the nanny's
-    cancelled-task tracebacks say nothing the user can act on: keep them out of the user's terminal."""
-    if not quiet:
-        yield
-        return
-    loggers = [logging.getLogger(n) for n in ("distributed", "distributed.core", "distributed.nanny",
-                                                 "distributed.scheduler", "distributed.worker")]
-    saved = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, saved):
-            lg.setLevel(level)

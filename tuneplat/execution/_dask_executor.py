@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from schedulers import Decision
 
 from .._settings import env_str
+from ..core._scaling import GroupSize, Resize, ScalingDecision, ScalingPolicy
 from ..train._session import RankSpec
 from . import _protocol as proto
 from ._channel import Conn, Listener, new_token, token_id
@@ -82,6 +83,8 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
     def setup(self, ctx: ExecutorContext) -> None:
         ctx.request = self._gpu_share(ctx.request)  # {"GPU_memory": bytes} -> the share of a device it is
         self.ctx = ctx
+        #: how big elastic groups are (the loop's policy; the same one built from the context otherwise)
+        self.scaling = ctx.scaling or ScalingPolicy.of(ctx.world_size, ctx.min_world_size, ctx.grow_interval_s)
         self.trainable = ctx.trainable
         self.board = WorkerBoard(ctx.experiment_dir) if ctx.experiment_dir else None
         imports = trainable_imports(ctx.raw_trainable, ctx.trainable)
@@ -203,6 +206,16 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy,
                                      self.cluster.pending_slots())
 
+    def capacity(self) -> dict[str, float]:
+        """Every worker's CPUs and GPUs; the embedded cluster's as planned (workers starting or restarting count)."""
+        pools: dict[str, float] = {}
+        for s in self.ledger.slots.values():
+            if s.gpu_pool:
+                pools[s.gpu_pool] = float(len(s.gpus))
+        have = {"CPU": float(sum(s.cpu for s in self.ledger.slots.values())), "GPU": float(sum(pools.values()))}
+        planned = self.cluster.planned_capacity() if self.cluster is not None else {}
+        return {k: max(v, planned.get(k, 0.0)) for k, v in have.items()}
+
     def gpu_memory_bytes(self) -> float | None:
         if self._device_bytes is None:
             self._device_bytes = device_memory_bytes() or 0.0
@@ -231,8 +244,8 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
             return self.ledger.allocate(request, world_size, ctx.placement_strategy)
         # an elastic group: as many ranks as fit, up to its maximum; only its minimum while other trials wait
         # (they start first; spare workers grow running groups at their checkpoints once nobody waits)
-        hi = ctx.min_world_size if self.waiting > 0 else world_size
-        return self.ledger.allocate_between(request, ctx.min_world_size, hi, ctx.placement_strategy)
+        lo, hi = self.scaling.start_bounds(self.waiting)
+        return self.ledger.allocate_between(request, lo, hi, ctx.placement_strategy)
 
     def set_waiting(self, count: int) -> None:
         self.waiting = count
@@ -281,6 +294,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
                 system_metrics_s=self.system_metrics_s,
                 rank_hosts=[x.host for x in placement],
                 cpus=float((reservation.request or ctx.request).get("CPU", 1.0)),
+                resources=dict(reservation.request or ctx.request),
                 tuner_local=self._listener.local_name if self._listener is not None else None,
             )
             if runner is not None:
@@ -305,9 +319,9 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
             return
         staged, group.answer_staged = group.answer_staged, False
         if group.elastic and decision is Decision.CONTINUE:
-            why = self._resize_reason(group, staged)
-            if why is not None:  # its checkpoint of this step is committed: start again from it at another size
-                self._resize(group, why)
+            scaled = self._scale(group, staged)
+            if isinstance(scaled, Resize):  # its checkpoint of this step is committed: start again from it
+                self._resize(group, scaled.reason)
                 return
         reply = proto.Answer(decision, save=save)
         if group.preempted is not None:
@@ -323,23 +337,18 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
             self._send(r, reply)
 
     # ------------------------------------------------------------------ elastic groups
-    def _resize_reason(self, group: _Group, staged: bool) -> str | None:
-        """Why ``group`` should start again at another size now (None: it goes on). Called at a checkpoint."""
-        if not staged:
-            return None
-        if group.preempted is not None:
-            return group.preempted
+    def _scale(self, group: _Group, staged: bool) -> ScalingDecision:
+        """The scaling policy's decision for ``group`` at the report being answered (``Noop`` or ``Resize``)."""
         ctx = self.ctx
-        size = len(group.ranks)
-        if size >= ctx.world_size or self.waiting > 0:
-            return None
-        if ctx.grow_interval_s is not None and time.monotonic() - group.started < ctx.grow_interval_s:
-            return None
-        self._refresh_ledger()  # the workers there are now (one scheduler round trip per checkpoint of such a group)
-        free = self.ledger.free_count(ctx.request, ctx.world_size - size, ctx.placement_strategy)
-        if free <= 0:
-            return None
-        return f"{free} more worker(s) free"
+
+        def free(limit: int) -> int:  # (asked only when the group could grow)
+            self._refresh_ledger()  # the workers there are now (one scheduler round trip per such checkpoint)
+            return self.ledger.free_count(ctx.request, limit, ctx.placement_strategy)
+
+        return self.scaling.at_checkpoint(
+            GroupSize(size=len(group.ranks), checkpointed=staged, preempted=group.preempted,
+                      preempted_ranks=len(group.preempted_ranks), age_s=time.monotonic() - group.started),
+            self.waiting, free)
 
     def _resize(self, group: _Group, reason: str) -> None:
         """End ``group`` to start it again at another size from the checkpoint just committed."""

@@ -10,7 +10,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._settings import env_seconds, env_str
 from ..train._telemetry import system_metrics_period
@@ -21,6 +21,9 @@ from ._executor import Event, ExecutorContext, Outcome, TrialExecutor
 from ._failure import ERROR, LOST, Failure
 from ._observe import WorkerBoard
 from ._placement import Assignment, Ledger
+
+if TYPE_CHECKING:
+    from ..core._scaling import ScalingDecision, ScalingPolicy
 
 __all__ = ["RankEnd", "_DaskState", "_Group", "_LeaseAsk", "_Rank", "_Reservation", "outcome"]
 
@@ -157,6 +160,7 @@ class _DaskState(TrialExecutor):
     """
 
     ctx: ExecutorContext
+    scaling: ScalingPolicy
     trainable: Any
     heavy_imports: list[str]
     channel_tls: bool
@@ -268,6 +272,9 @@ class _DaskState(TrialExecutor):
         raise NotImplementedError
 
     def _restart_worker(self, rank: _Rank) -> None:
+        raise NotImplementedError
+
+    def _scale(self, group: _Group, staged: bool) -> ScalingDecision:
         raise NotImplementedError
 
     def _send(self, rank: _Rank, msg: proto.Message) -> None:

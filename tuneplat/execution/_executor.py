@@ -20,11 +20,14 @@ import abc
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedulers import Decision
 
 from ._failure import Failure
+
+if TYPE_CHECKING:
+    from ..core._scaling import ScalingPolicy
 
 __all__ = [
     "Ended",
@@ -103,6 +106,9 @@ class ExecutorContext:
     min_world_size: int | None = None
     #: elastic groups grow no sooner than this many seconds after they started (None: at any checkpoint)
     grow_interval_s: float | None = None
+    #: how big a group is (``core._scaling.ScalingPolicy``: start bounds, ``Noop | Resize(n)`` at a checkpoint),
+    #: the loop's, built from the fields above; None: the executor builds the same one from them
+    scaling: ScalingPolicy | None = None
     #: the trials' working directory and captured output (``execution._trial_io.TrialIO``; None: as they are)
     trial_io: Any = None
 
@@ -225,8 +231,8 @@ class TrialExecutor(abc.ABC):
             world_size: ranks of the trial; None: the experiment's (``ExecutorContext.world_size``).
 
         An elastic group (``ExecutorContext.min_world_size``; the experiment's request and world size) gets
-        as many ranks as fit between its bounds; only its minimum while :meth:`set_waiting` said that other
-        trials wait for room.
+        as many ranks as fit between the bounds of ``ExecutorContext.scaling.start_bounds(waiting)`` (only its
+        minimum while :meth:`set_waiting` said that other trials wait for room).
         """
 
     def check_fits(self, request: Mapping[str, float], world_size: int) -> None:
@@ -239,6 +245,14 @@ class TrialExecutor(abc.ABC):
         """
         return None
 
+    def capacity(self) -> dict[str, float]:
+        """The cluster's resources in total, busy or free (``{"CPU": 8.0, "GPU": 0.0}``); empty when unknown.
+
+        What Ray's ``TuneController._resource_updater.get_num_cpus()`` says: a resource-changing
+        scheduler's allocation function divides it among trials.
+        """
+        return {}
+
     def gpu_memory_bytes(self) -> float | None:
         """The memory of the executor's (smallest) GPU in bytes, None when unknown or without GPUs.
 
@@ -248,7 +262,8 @@ class TrialExecutor(abc.ABC):
 
     def set_waiting(self, count: int) -> None:
         """How many trials besides the one being placed wait for room now (the loop says it before each
-        :meth:`reserve`). Elastic groups start at their minimum and do not grow while it is above 0."""
+        :meth:`reserve`): the ``waiting`` of the scaling policy's decisions (elastic groups start at their
+        minimum and do not grow while it is above 0)."""
         return None
 
     @abc.abstractmethod

@@ -39,7 +39,7 @@ OOM_TYPES = frozenset({
     "torch.cuda.memory.OutOfMemoryError",
     "builtins.MemoryError",  # the host ran out (Python's own)
     "tensorflow.python.framework.errors_impl.ResourceExhaustedError",
-    "tuneplat.testing._virtual.OutOfMemoryError",  # a virtual device ran out (VirtualTimeExecutor)
+    "tuneplat.testing._vtrainable.OutOfMemoryError",  # a virtual device ran out (VirtualTimeExecutor)
 })
 
 

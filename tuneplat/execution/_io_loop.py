@@ -10,6 +10,7 @@ import time
 import traceback
 from typing import Any
 
+from ..core._scaling import Resize
 from . import _protocol as proto
 from ._channel import Conn
 from ._dask_state import RankEnd, _DaskState, _Rank
@@ -218,9 +219,11 @@ class _IOLoop(_DaskState):
             if len(got) == len(group.ranks):
                 del group.saves[msg.iteration]
                 self._events.append(Saved(group.trial_id, msg.iteration))
-                if group.preempted is not None and not group.aborted:
+                if group.preempted is not None and not group.aborted:  # the checkpoint a notice asked for
                     # (the loop commits it before it sees the Ended that follows: events keep their order)
-                    self._resize(group, group.preempted)
+                    scaled = self._scale(group, staged=True)
+                    if isinstance(scaled, Resize):
+                        self._resize(group, scaled.reason)
         elif isinstance(msg, proto.Preempting):  # the rank's Dask worker is closing (retire_workers, scale down...)
             self._on_preempt(group, rank, msg.message)
         elif isinstance(msg, proto.Running):

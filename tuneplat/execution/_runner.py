@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import inspect
 import logging
 import os
@@ -11,9 +10,7 @@ import socket
 import sys
 import threading
 import traceback
-import weakref
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from typing import Any
 
 from .._settings import env_seconds
@@ -24,6 +21,7 @@ from . import _stacks
 from ._channel import TokenRefused, connect_retrying
 from ._failure import exception_types
 from ._host_oom import oom_baseline
+from ._rank_group import TorchBackend, backend_of, open_rank_group, reset_framework_state, set_framework_ranks
 from ._shipping import Shipped
 from ._trial_io import apply_trial_io
 
@@ -44,277 +42,6 @@ def _call(trainable: Callable[..., Any], config: dict[str, Any]) -> Any:
     if len(params) == 0:
         return trainable()
     return trainable(config)
-
-
-def _torch_settings(torch_config: Any, spec: RankSpec) -> tuple[str, float]:
-    """Backend and process-group timeout: ``TorchTrainer(torch_config=...)`` overrides the spec's."""
-    backend = getattr(torch_config, "backend", None) or spec.backend
-    timeout_s = getattr(torch_config, "timeout_s", None) or spec.pg_timeout_s
-    return backend, float(timeout_s)
-
-
-def _backend_of(trainable: Callable[..., Any]) -> tuple[Backend, Any]:
-    """The trainer's backend (``_tuneplat_backend_config``: a BackendConfig) and its config; torch's by default."""
-    config = getattr(trainable, "_tuneplat_backend_config", None)
-    cls = getattr(config, "backend_cls", None) if config is not None else None
-    return (cls or TorchBackend)(), config
-
-
-def _listening_socket(host: str) -> socket.socket:
-    """A socket listening on ``host`` only (port chosen by the OS), for the TCPStore.
-
-    ``TCPStore(host, 0, is_master=True)`` binds every interface whatever
-    ``host`` says (pytorch issue 173909); handing it a socket we bound
-    ourselves (``master_listen_fd``) keeps the store on the worker's address.
-    """
-    family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.bind(addr)
-        sock.listen(512)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def master_store(host: str, world_size: int, timeout: timedelta) -> Any:
-    import torch.distributed as dist
-
-    try:
-        listener = _listening_socket(host)
-    except OSError as exc:
-        logger.warning("tuneplat: cannot listen on %s for the rendezvous store (%s); letting torch bind it", host, exc)
-        return dist.TCPStore(host, 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
-    port = listener.getsockname()[1]
-    try:
-        store = dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout, wait_for_workers=False,
-                              master_listen_fd=listener.fileno())
-    except Exception:
-        listener.close()
-        raise
-    listener.detach()  # the store owns (and closes) the descriptor now
-    return store
-
-
-def _open_rank_group(session: Any, timeout_s: float) -> RankGroup:
-    """The rendezvous of ``session``'s group: rank 0 opens a TCPStore on its host and the tuner tells the others.
-
-    A single-rank group has no store. (torch's TCPStore is the store: a
-    key-value server with a timeout on every read; no process group is made.)
-    """
-    spec = session.spec
-    if spec.world_size <= 1:
-        return RankGroup(spec, timeout_s=timeout_s)
-    timeout = timedelta(seconds=timeout_s)
-    if spec.rank == 0:
-        store = master_store(spec.host, spec.world_size, timeout)
-        session.send(proto.Rendezvous(spec.host, store.port))
-        return RankGroup(spec, store, (spec.host, int(store.port)), timeout_s)
-    msg = proto.recv_from_tuner(session.sock)
-    while isinstance(msg, proto.Go):  # pragma: no cover - defensive
-        msg = proto.recv_from_tuner(session.sock)
-    if not isinstance(msg, proto.Rendezvous):
-        raise TrialAborted(f"expected the rendezvous address, got {msg!r}")
-    import torch.distributed as dist
-
-    store = dist.TCPStore(msg.host, msg.port, spec.world_size, is_master=False, timeout=timeout)
-    return RankGroup(spec, store, (msg.host, int(msg.port)), timeout_s)
-
-
-class TorchBackend(Backend):
-    """torch's backend: with several ranks, join one torch.distributed process group on the rendezvous store.
-
-    The default of every multi-rank trial (and of ``TorchTrainer``'s
-    ``TorchConfig``); a single CPU rank imports nothing.
-    """
-
-    def __init__(self) -> None:
-        self._backend = "gloo"
-        self._sockets: dict[int, str] = {}
-
-    def on_start(self, worker_group: RankGroup, backend_config: Any) -> None:
-        spec = worker_group.spec
-        self._backend, timeout_s = _torch_settings(backend_config, spec)
-        if spec.world_size > 1:
-            self._sockets = _join_process_group(worker_group, self._backend, timeout_s)
-            return
-        if "MASTER_ADDR" not in os.environ:  # libraries that make their own 1-rank group read these (DeepSpeed)
-            os.environ.update(MASTER_ADDR=worker_group.host, MASTER_PORT=str(worker_group.free_port()))
-        if spec.gpu_ids:
-            _pin_gpu(spec)
-
-    def on_abort(self, worker_group: RankGroup, backend_config: Any) -> None:
-        """The tuner aborted the group while user code runs: make every collective of this rank fail now.
-
-        A rank blocked in ``all_reduce`` waiting for a peer whose host's link was cut
-        (no FIN) would otherwise wait for gloo's timeout; shutting the group's
-        connections down wakes it with an error (and its peers too).
-        """
-        if self._sockets:
-            n = _shutdown_sockets(self._sockets)
-            logger.info("tuneplat: trial %s rank %d: the tuner ended the group; shut down %d process-group "
-                        "connection(s)", worker_group.spec.trial_id, worker_group.spec.rank, n)
-
-    def on_shutdown(self, worker_group: RankGroup, backend_config: Any) -> None:
-        spec = worker_group.spec
-        if spec.world_size > 1:  # never import torch for single-rank CPU trials
-            _teardown_process_group(worker_group.store, spec, self._backend, worker_group.failed, self._sockets)
-            return
-        _destroy_own_group()
-        if spec.gpu_ids:
-            _release_gpu_memory()
-
-
-def _destroy_own_group() -> None:
-    """A single rank's library made its own process group (DeepSpeed, Accelerate, FSDP on 1 rank): end it, or the
-    next trial of this worker process could not join its group ("initialize the default process group twice")."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - the trial's outcome is decided; the next group reports its own error
-        logger.warning("tuneplat: could not end the process group a single rank made", exc_info=True)
-
-
-def _join_process_group(group: RankGroup, backend: str, timeout_s: float) -> dict[int, str]:
-    """Join one torch.distributed process group on the group's rendezvous store.
-
-    Returns the sockets the group opened (see :func:`_shutdown_sockets`).
-    """
-    import torch.distributed as dist
-
-    spec = group.spec
-    timeout = timedelta(seconds=timeout_s)
-    assert group.store_address is not None
-    master = group.store_address
-    os.environ.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
-    if spec.gpu_ids:
-        _pin_gpu(spec)
-    before = _socket_fds()
-    ifname = _interface_of(spec.host) if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ else None
-    if ifname:  # gloo listens on the address its hostname resolves to, unless told an interface
-        os.environ["GLOO_SOCKET_IFNAME"] = ifname
-    try:
-        # torch names the default group after a per-process counter of groups created so far, and the store
-        # barrier keys carry that name: a rank in a fresh worker (its predecessor was killed) would wait on other
-        # keys than a rank in a reused worker. Each trial has its own store, so every rank starts the count at 0.
-        from torch.distributed import distributed_c10d
-
-        distributed_c10d._world.group_count = 0
-        dist.init_process_group(backend, store=group.store, rank=spec.rank, world_size=spec.world_size,
-                                timeout=timeout)
-    finally:
-        if ifname:
-            os.environ.pop("GLOO_SOCKET_IFNAME", None)
-    return {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino}
-
-
-def _interface_of(host: str) -> str | None:
-    """The network interface carrying ``host`` (the worker's address), so gloo binds there too."""
-    try:
-        import psutil  # a dependency of distributed
-
-        addresses = {socket.getaddrinfo(host, None)[0][4][0]}
-        for name, addrs in psutil.net_if_addrs().items():
-            if any(a.address.split("%")[0] in addresses for a in addrs):
-                return name
-    except Exception:
-        logger.debug("tuneplat: no interface found for %s", host, exc_info=True)
-    return None
-
-
-def _socket_fds() -> dict[int, str]:
-    """This process's socket descriptors and their inodes (Linux; empty elsewhere)."""
-    found: dict[int, str] = {}
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return found
-    for name in names:
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith("socket:"):
-            found[int(name)] = target
-    return found
-
-
-def _shutdown_sockets(group_sockets: dict[int, str]) -> int:
-    """Shut down the connections the process group opened, so that every peer's collective fails now.
-
-    Only descriptors that still point at the same socket are touched, through
-    a duplicate (the group keeps owning the original descriptor).
-    """
-    now = _socket_fds()
-    count = 0
-    for fd, inode in group_sockets.items():
-        if now.get(fd) != inode:
-            continue
-        try:
-            dup = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        try:
-            # connected TCP streams only: shutting gloo's listener down makes its accept loop abort the process
-            if (dup.family in (socket.AF_INET, socket.AF_INET6) and dup.type == socket.SOCK_STREAM
-                    and not dup.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
-                dup.shutdown(socket.SHUT_RDWR)
-                count += 1
-        except OSError:
-            pass
-        finally:
-            dup.close()
-    return count
-
-
-def _teardown_process_group(store: Any, spec: RankSpec, backend: str, failed: bool,
-                            group_sockets: dict[int, str]) -> None:
-    """Destroy the group; after a failure, make peers blocked in a collective error out now.
-
-    gloo closes its connections only when the process group object is freed,
-    and after DDP was used something inside torch keeps it alive, so a failed
-    rank shuts the group's connections down itself (:func:`_shutdown_sockets`).
-    """
-    group_ref = None
-    try:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            group_ref = weakref.ref(dist.group.WORLD)
-            dist.destroy_process_group()
-    except Exception:
-        logger.debug("tuneplat: destroy_process_group failed", exc_info=True)
-    if failed and group_ref is not None and group_ref() is not None:
-        # Something (DDP does, in torch 2.x, even after the model is gone) still holds the
-        # group, so gloo keeps its connections open and peers blocked in a collective would
-        # wait for the timeout. (No gc.collect() on the way: it costs ~0.3 s with torch loaded,
-        # and it does not free a DDP-held group anyway.)
-        n = _shutdown_sockets(group_sockets)
-        logger.debug("tuneplat: trial %s rank %d: shut down %d process-group connection(s)", spec.trial_id, spec.rank, n)
-    if backend == "nccl" or spec.gpu_ids:
-        _release_gpu_memory()
-
-
-def _pin_gpu(spec: RankSpec) -> None:
-    """Make the rank's first GPU the current CUDA device (what ``torch.device("cuda")`` means)."""
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.set_device(spec.gpu_ids[0])
-
-
-def _release_gpu_memory() -> None:
-    """Hand cached CUDA memory back, so the next trial on this GPU (or one sharing it) can use it."""
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except Exception:  # noqa: BLE001, S110 - best effort at the end of a trial
-        pass
 
 
 def _idle_wait_s() -> float:
@@ -520,12 +247,12 @@ def _run_trial(make: Callable[[], Callable[..., Any]], spec: RankSpec, sock: soc
     _stacks.register(spec.trial_id, spec.rank)
     _stacks.arm(spec.trial_id, spec.rank, spec.trial_dir)
     try:
-        _set_framework_ranks(spec)
+        set_framework_ranks(spec)
         trainable = make()
-        backend, backend_config = _backend_of(trainable)
+        backend, backend_config = backend_of(trainable)
         if spec.world_size > 1:
             session.monitor.state = "rendezvous"
-        group = _open_rank_group(session, float(getattr(backend_config, "timeout_s", None) or spec.pg_timeout_s))
+        group = open_rank_group(session, float(getattr(backend_config, "timeout_s", None) or spec.pg_timeout_s))
         session.backend_group = group
         backend.on_start(group, backend_config)
         on_abort = getattr(backend, "on_abort", None)
@@ -560,7 +287,7 @@ def _run_trial(make: Callable[[], Callable[..., Any]], spec: RankSpec, sock: soc
         heartbeat.detach(session)
         _stacks.unregister(spec.trial_id, spec.rank)
         _stacks.disarm(spec.trial_id, spec.rank)
-        _reset_framework_state()
+        reset_framework_state()
         if group is not None:
             group.failed = outcome != "done"
             try:
@@ -679,71 +406,6 @@ def _children_fork() -> Iterator[None]:
         yield
     finally:
         multiprocessing.set_start_method(before, force=True)
-
-
-def _set_framework_ranks(spec: RankSpec) -> None:
-    """Tell libraries this process imported in an earlier trial which rank it is now.
-
-    Lightning reads the rank from ``RANK``/``LOCAL_RANK`` once, when it is first
-    imported (``rank_zero_only.rank``), and only its distributed strategies set it
-    again: a plain ``pl.Trainer`` in a rank (Ray's experiment-tracking examples)
-    keeps what the import saw. A worker process that ran another rank before
-    would log as that rank (two ``MLFlowLogger`` runs where Ray makes one).
-    """
-    rank_zero = sys.modules.get("lightning_utilities.core.rank_zero")
-    only = getattr(rank_zero, "rank_zero_only", None)
-    if only is not None and hasattr(only, "rank"):
-        only.rank = spec.rank
-
-
-def _reset_framework_state() -> None:
-    """Forget process-wide state that frameworks keep about the process group of the trial that just ended.
-
-    ``accelerate`` (under ``transformers.Trainer``) keeps its distributed state
-    (ranks, world size, device) in class-level singletons, and DeepSpeed keeps
-    its communication backend and the process groups it derived from the
-    trial's group in module globals: a later trial in this worker process would
-    otherwise train with the previous trial's (destroyed) group ("Group ... is
-    not registered").
-    """
-    state = sys.modules.get("accelerate.state")
-    if state is not None:
-        try:
-            state.AcceleratorState._reset_state(True)
-            state.GradientState._reset_state()
-        except Exception:  # noqa: BLE001 - another accelerate version: the next trial builds its own state anyway
-            logger.debug("tuneplat: could not reset accelerate's state", exc_info=True)
-    _reset_deepspeed()
-
-
-def _reset_deepspeed() -> None:
-    """Forget DeepSpeed's communication backend and every process group (or mesh) it keeps in a module global."""
-    comm = sys.modules.get("deepspeed.comm.comm")
-    if comm is not None:
-        comm.cdb = None  # type: ignore[attr-defined]  # the next deepspeed.initialize() wraps the next trial's group
-    groups = sys.modules.get("deepspeed.utils.groups")
-    if groups is None:
-        return
-    try:
-        import torch.distributed as dist
-
-        kinds: tuple[type, ...] = (dist.ProcessGroup,)
-        try:
-            from torch.distributed.device_mesh import DeviceMesh
-
-            kinds += (DeviceMesh,)
-        except ImportError:
-            pass
-        for name, value in list(vars(groups).items()):
-            if name.startswith("__"):
-                continue
-            if isinstance(value, kinds) or name in ("mpu", "mesh_device"):
-                setattr(groups, name, None)
-            elif isinstance(value, dict) and any(isinstance(v, kinds) or isinstance(v, (list, range))
-                                                 for v in value.values()):
-                value.clear()
-    except Exception:  # noqa: BLE001 - another DeepSpeed version: its next initialize() may still work
-        logger.debug("tuneplat: could not reset DeepSpeed's process groups", exc_info=True)
 
 
 def _send(session: Session, msg: proto.Message) -> bool:

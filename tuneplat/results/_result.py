@@ -210,6 +210,15 @@ class NoBestTrialError(ValueError, RuntimeError):
     """``get_best_result()`` found no trial with a finite value of the metric (Ray raises RuntimeError here)."""
 
 
+def _with_auto(trial: Any) -> dict[str, Any]:
+    """The trial's last result with what Ray's ``Result.metrics`` adds: ``config`` and ``done`` (the trial ended)."""
+    metrics = dict(trial.last_result)
+    if metrics:
+        metrics.setdefault("config", trial.config)
+        metrics["done"] = trial.status == TrialStatus.TERMINATED
+    return metrics
+
+
 class ResultGrid(Sequence[Result]):
     """All trials of an experiment, in creation order.
 
@@ -242,7 +251,7 @@ class ResultGrid(Sequence[Result]):
                    if t.status == TrialStatus.ERROR else None)
             path = t.path if remote_dir is None else rjoin(remote_dir, os.path.basename(t.path))
             results.append(Result(
-                config=t.config, metrics=dict(t.last_result), path=path, error=err, checkpoint=t.checkpoint,
+                config=t.config, metrics=_with_auto(t), path=path, error=err, checkpoint=t.checkpoint,
                 best_checkpoints=list(t.checkpoints), status=str(t.status), trial_id=t.trial_id,
                 mlflow_run_id=t.mlflow_run_id, lineage=list(t.lineage), stop_reason=t.stop_reason,
                 _history=list(t.results), _filesystem=storage_fs if remote_dir is not None else None,

@@ -34,7 +34,8 @@ BATCH_WINDOW_S = 0.5
 _MAX_PARAM_LEN = 6000
 _MAX_TAG_LEN = 8000
 _MAX_KEY_LEN = 250
-_SKIP_METRICS = frozenset({"timestamp", "pid", "trial_id", "hostname", "done", "iterations_since_restore"})
+_SKIP_METRICS = frozenset({"timestamp", "pid", "trial_id", "hostname", "done", "iterations_since_restore",
+                           "time_since_restore", "date", "node_ip", "config", "checkpoint_dir_name"})
 _BAD_KEY_CHARS = re.compile(r"[^\w\-./ :]")
 #: MLflow error codes that retrying cannot fix
 _PERMANENT = frozenset({"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import abc
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,8 +10,7 @@ from typing import Any
 from lightgbm.basic import Booster
 
 from ...storage._checkpoint import Checkpoint
-from .. import _session
-from .._boosting import MetricPicker, check_callback_args, model_checkpoint
+from .._boosting import ReportCallbackCore, rank0_model_checkpoint
 
 __all__ = ["RayReportCallback", "RayTrainReportCallback", "normalize_pandas_for_lightgbm"]
 
@@ -50,7 +48,7 @@ def normalize_pandas_for_lightgbm(df: Any) -> Any:
     return df.astype(mapping, copy=False) if mapping else df
 
 
-class RayReportCallback(abc.ABC):
+class RayReportCallback(ReportCallbackCore):
     """What Train's and Tune's LightGBM callbacks share (Ray's ``RayReportCallback``)."""
 
     CHECKPOINT_NAME = "model.txt"
@@ -58,13 +56,7 @@ class RayReportCallback(abc.ABC):
     def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str = CHECKPOINT_NAME,
                  frequency: int = 0, checkpoint_at_end: bool = True,
                  results_postprocessing_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
-        owner = type(self).__name__
-        self._metrics = check_callback_args(owner, metrics, filename, frequency)
-        self._picker = MetricPicker(owner, self._metrics, results_postprocessing_fn)
-        self._filename = filename
-        self._frequency = frequency
-        self._checkpoint_at_end = bool(checkpoint_at_end)
-        self._results_postprocessing_fn = results_postprocessing_fn
+        self._setup(metrics, filename, frequency, checkpoint_at_end, results_postprocessing_fn)
 
     @classmethod
     def get_model(cls, checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME) -> Booster:
@@ -87,20 +79,6 @@ class RayReportCallback(abc.ABC):
             else:
                 out.setdefault(data_name, {})[eval_name] = value
         return out
-
-    def _get_report_dict(self, evals_log: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        return self._picker.pick(MetricPicker.last_values(evals_log))
-
-    @abc.abstractmethod
-    def _get_checkpoint(self, model: Booster) -> contextlib.AbstractContextManager[Checkpoint | None]:
-        """The model as a checkpoint (None on ranks that do not save)."""
-
-    def _save_and_report_checkpoint(self, report_dict: dict[str, Any], model: Booster) -> None:
-        with self._get_checkpoint(model) as checkpoint:
-            _session.report(report_dict, checkpoint=checkpoint)
-
-    def _report_metrics(self, report_dict: dict[str, Any]) -> None:
-        _session.report(report_dict)
 
     def __call__(self, env: Any) -> None:
         """Report this round; with the model every ``frequency`` rounds and at the last round (``checkpoint_at_end``)."""
@@ -132,8 +110,5 @@ class RayTrainReportCallback(RayReportCallback):
 
     @contextlib.contextmanager
     def _get_checkpoint(self, model: Booster) -> Iterator[Checkpoint | None]:
-        if _session.get_context().get_world_rank() in (0, None):
-            with model_checkpoint(model.save_model, self._filename) as checkpoint:
-                yield checkpoint
-        else:
-            yield None
+        with rank0_model_checkpoint(model.save_model, self._filename) as checkpoint:
+            yield checkpoint

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import lightgbm
 
-from ...storage._checkpoint import Checkpoint
+from .._boosting import BoosterCheckpoint
 
 __all__ = ["LightGBMCheckpoint"]
 
 
-class LightGBMCheckpoint(Checkpoint):
+class LightGBMCheckpoint(BoosterCheckpoint):
     """A :class:`~tuneplat.Checkpoint` holding a LightGBM booster (``ray.train.lightgbm.LightGBMCheckpoint``)."""
 
+    _prefix = "tuneplat-lightgbm-"
     MODEL_FILENAME = "model.txt"
 
     @classmethod
@@ -28,14 +27,7 @@ class LightGBMCheckpoint(Checkpoint):
             ValueError: ``path`` is not a folder.
             NotImplementedError: ``preprocessor`` (Ray Data preprocessors are not ported).
         """
-        if preprocessor is not None:
-            raise NotImplementedError("LightGBMCheckpoint.from_model(preprocessor=...): Ray Data preprocessors are "
-                                      "not ported; save what you need beside the model in the checkpoint folder.")
-        folder = Path(path or tempfile.mkdtemp(prefix="tuneplat-lightgbm-"))
-        if not folder.is_dir():
-            raise ValueError(f"`path` must be a directory, but got: {folder}")
-        booster.save_model(folder.joinpath(cls.MODEL_FILENAME).as_posix())
-        return cls(os.path.abspath(folder))
+        return cls._from_model(booster, preprocessor, path)  # type: ignore[no-any-return]
 
     def get_model(self) -> lightgbm.Booster:
         """The booster stored in this checkpoint."""

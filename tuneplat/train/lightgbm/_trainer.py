@@ -6,14 +6,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._config import RunConfig, ScalingConfig
-from .._boosting import refuse_legacy
-from .._trainer import DataParallelTrainer
+from .._boosting import BoostingTrainer
 from ._config import LightGBMConfig
 
 __all__ = ["LightGBMTrainer"]
 
 
-class LightGBMTrainer(DataParallelTrainer):
+class LightGBMTrainer(BoostingTrainer):
     """Distributed data-parallel LightGBM (``ray.train.lightgbm.LightGBMTrainer``, Train V2).
 
     Each rank runs ``train_loop_per_worker``: it builds its ``lightgbm.Dataset``
@@ -44,6 +43,11 @@ class LightGBMTrainer(DataParallelTrainer):
     """
 
     _name = "LightGBMTrainer"
+    _config_type = LightGBMConfig
+    _config_arg = "lightgbm_config"
+    _library = "lightgbm"
+    _data = "lightgbm.Dataset"
+    _call = "lightgbm.train(params, train_set, ...)"
 
     def __init__(self, train_loop_per_worker: Callable[..., Any] | None = None, *,
                  train_loop_config: Mapping[str, Any] | None = None, lightgbm_config: LightGBMConfig | None = None,
@@ -52,25 +56,8 @@ class LightGBMTrainer(DataParallelTrainer):
                  resume_from_checkpoint: Any = None, label_column: str | None = None,
                  params: dict[str, Any] | None = None, num_boost_round: int | None = None, client: Any = None,
                  backend_config: Any = None) -> None:
-        refuse_legacy("LightGBMTrainer", "lightgbm.Dataset", "lightgbm.train(params, train_set, ...)", label_column,
-                      params, num_boost_round)
-        if train_loop_per_worker is None:
-            raise TypeError("LightGBMTrainer() needs train_loop_per_worker: the function each rank runs "
-                            "(it calls lightgbm.train itself; docs/boosting.md).")
-        config = lightgbm_config if lightgbm_config is not None else backend_config
-        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config, scaling_config=scaling_config,
-                         run_config=run_config, datasets=datasets, dataset_config=dataset_config, client=client,
-                         metadata=metadata, resume_from_checkpoint=resume_from_checkpoint,
-                         backend_config=config if config is not None else LightGBMConfig())
-
-    def _check_backend_config(self, config: Any) -> Any:
-        if not isinstance(config, LightGBMConfig):
-            raise TypeError(f"lightgbm_config must be a tuneplat.train.lightgbm.LightGBMConfig, got "
-                            f"{type(config).__name__}")
-        return config
-
-    @classmethod
-    def get_model(cls, checkpoint: Any) -> Any:
-        """Deprecated in Ray: use ``RayTrainReportCallback.get_model``."""
-        raise DeprecationWarning("`LightGBMTrainer.get_model` is deprecated. "
-                                 "Use `RayTrainReportCallback.get_model` instead.")
+        self._boosting_init(train_loop_per_worker, lightgbm_config, backend_config, label_column=label_column,
+                            params=params, num_boost_round=num_boost_round, train_loop_config=train_loop_config,
+                            scaling_config=scaling_config, run_config=run_config, datasets=datasets,
+                            dataset_config=dataset_config, client=client, metadata=metadata,
+                            resume_from_checkpoint=resume_from_checkpoint)

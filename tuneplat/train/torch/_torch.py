@@ -60,7 +60,7 @@ class TorchConfig(BackendConfig):
     @property
     def backend_cls(self) -> type[Backend]:
         """torch's backend: the ranks join one process group (``execution/_runner.py``)."""
-        from ...execution._runner import TorchBackend
+        from ...execution._rank_group import TorchBackend
 
         return TorchBackend
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import xgboost
 
-from ...storage._checkpoint import Checkpoint
+from .._boosting import BoosterCheckpoint
 
 __all__ = ["XGBoostCheckpoint"]
 
 
-class XGBoostCheckpoint(Checkpoint):
+class XGBoostCheckpoint(BoosterCheckpoint):
     """A :class:`~tuneplat.Checkpoint` holding an XGBoost booster (``ray.train.xgboost.XGBoostCheckpoint``).
 
     Example:
@@ -22,6 +20,7 @@ class XGBoostCheckpoint(Checkpoint):
         >>> ckpt.get_model().num_boosted_rounds()  # doctest: +SKIP
     """
 
+    _prefix = "tuneplat-xgboost-"
     MODEL_FILENAME = "model.json"
 
     @classmethod
@@ -33,14 +32,7 @@ class XGBoostCheckpoint(Checkpoint):
             ValueError: ``path`` is not a folder.
             NotImplementedError: ``preprocessor`` (Ray Data preprocessors are not ported).
         """
-        if preprocessor is not None:
-            raise NotImplementedError("XGBoostCheckpoint.from_model(preprocessor=...): Ray Data preprocessors are not "
-                                      "ported; save what you need beside the model in the checkpoint folder.")
-        folder = Path(path or tempfile.mkdtemp(prefix="tuneplat-xgboost-"))
-        if not folder.is_dir():
-            raise ValueError(f"`path` must be a directory, but got: {folder}")
-        booster.save_model(folder.joinpath(cls.MODEL_FILENAME).as_posix())
-        return cls(os.path.abspath(folder))
+        return cls._from_model(booster, preprocessor, path)  # type: ignore[no-any-return]
 
     def get_model(self) -> xgboost.Booster:
         """The booster stored in this checkpoint."""

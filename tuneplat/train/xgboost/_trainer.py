@@ -6,13 +6,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._config import RunConfig, ScalingConfig
-from .._boosting import refuse_legacy
-from .._trainer import DataParallelTrainer
+from .._boosting import BoostingTrainer
 from ._config import XGBoostConfig
 
 __all__ = ["XGBoostTrainer"]
 
-class XGBoostTrainer(DataParallelTrainer):
+class XGBoostTrainer(BoostingTrainer):
     """Distributed data-parallel XGBoost (``ray.train.xgboost.XGBoostTrainer``, Train V2).
 
     Each rank runs ``train_loop_per_worker``: it builds its ``DMatrix`` from
@@ -42,6 +41,11 @@ class XGBoostTrainer(DataParallelTrainer):
     """
 
     _name = "XGBoostTrainer"
+    _config_type = XGBoostConfig
+    _config_arg = "xgboost_config"
+    _library = "xgboost"
+    _data = "xgboost.DMatrix"
+    _call = "xgboost.train(params, dtrain, ...)"
 
     def __init__(self, train_loop_per_worker: Callable[..., Any] | None = None, *,
                  train_loop_config: Mapping[str, Any] | None = None, xgboost_config: XGBoostConfig | None = None,
@@ -50,25 +54,8 @@ class XGBoostTrainer(DataParallelTrainer):
                  resume_from_checkpoint: Any = None, label_column: str | None = None,
                  params: dict[str, Any] | None = None, num_boost_round: int | None = None, client: Any = None,
                  backend_config: Any = None) -> None:
-        refuse_legacy("XGBoostTrainer", "xgboost.DMatrix", "xgboost.train(params, dtrain, ...)", label_column,
-                      params, num_boost_round)
-        if train_loop_per_worker is None:
-            raise TypeError("XGBoostTrainer() needs train_loop_per_worker: the function each rank runs "
-                            "(it calls xgboost.train itself; docs/boosting.md).")
-        config = xgboost_config if xgboost_config is not None else backend_config
-        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config, scaling_config=scaling_config,
-                         run_config=run_config, datasets=datasets, dataset_config=dataset_config, client=client,
-                         metadata=metadata, resume_from_checkpoint=resume_from_checkpoint,
-                         backend_config=config if config is not None else XGBoostConfig())
-
-    def _check_backend_config(self, config: Any) -> Any:
-        if not isinstance(config, XGBoostConfig):
-            raise TypeError(f"xgboost_config must be a tuneplat.train.xgboost.XGBoostConfig, got "
-                            f"{type(config).__name__}")
-        return config
-
-    @classmethod
-    def get_model(cls, checkpoint: Any) -> Any:
-        """Deprecated in Ray: use ``RayTrainReportCallback.get_model``."""
-        raise DeprecationWarning("`XGBoostTrainer.get_model` is deprecated. "
-                                 "Use `RayTrainReportCallback.get_model` instead.")
+        self._boosting_init(train_loop_per_worker, xgboost_config, backend_config, label_column=label_column,
+                            params=params, num_boost_round=num_boost_round, train_loop_config=train_loop_config,
+                            scaling_config=scaling_config, run_config=run_config, datasets=datasets,
+                            dataset_config=dataset_config, client=client, metadata=metadata,
+                            resume_from_checkpoint=resume_from_checkpoint)
