@@ -32,7 +32,12 @@ def ported(name: str) -> str:
     """Ray's example ``name`` with ``ray`` imports pointed at tuneplat, and nothing else changed."""
     with open(os.path.join(_ray_examples(), f"{name}.py"), encoding="utf-8") as f:
         text = f.read()
-    text = re.sub(r"^import ray$", "import tuneplat as ray", text, flags=re.M)
+    return ported_imports(text)
+
+
+def ported_imports(text: str) -> str:
+    """``text`` with its ``ray`` import lines (top-level or indented) pointed at tuneplat, and nothing else changed."""
+    text = re.sub(r"^(\s*)import ray$", r"\1import tuneplat as ray", text, flags=re.M)
     text = re.sub(r"^(\s*)from ray(\.[\w.]+)? import", lambda m: f"{m.group(1)}from tuneplat{m.group(2) or ''} import",
                   text, flags=re.M)
     assert not re.search(r"^\s*(import|from)\s+ray\b", text, flags=re.M), "an import of ray was left"
