@@ -54,9 +54,14 @@ class Decision(Enum):
 
 @dataclass(frozen=True)
 class Resume:
-    """Resume the paused trial ``trial_id`` from its own latest checkpoint."""
+    """Resume the paused trial ``trial_id`` from its own latest checkpoint.
+
+    ``resources``: new resources for it (``{"bundles": [{"CPU": 2}], "strategy": "PACK", "reason": ...}``,
+    what a resource-changing scheduler decided); None: the ones it had.
+    """
 
     trial_id: str
+    resources: Mapping[str, Any] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)

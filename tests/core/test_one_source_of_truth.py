@@ -23,7 +23,14 @@ from tuneplat.core._events import from_json
 from tuneplat.core._journal import to_jsonable
 from tuneplat.core._replay import replay
 from tuneplat.core._state import ExperimentState, apply
-from tuneplat.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, PopulationBasedTraining
+from tuneplat.schedulers import (
+    ASHAScheduler,
+    DistributeResources,
+    FIFOScheduler,
+    HyperBandScheduler,
+    PopulationBasedTraining,
+    ResourceChangingScheduler,
+)
 from tuneplat.search import BasicVariantGenerator
 from tuneplat.testing import HANG, LOSE_HOST, LOSE_WORKER, PREEMPT, VirtualTimeExecutor
 
@@ -122,6 +129,10 @@ def _experiments(tmp_path: Any) -> dict[str, Any]:
         "not_started": lambda s: _faulty(s, tmp_path, None, "not_started", lose_starts=1),
         "hung": lambda s: _faulty(s, tmp_path, HANG, "hung", hang_timeout_s=30),
         "starved": lambda s: _faulty(s, tmp_path, LOSE_HOST, "starved", slots=1),
+        "resources": lambda s: _tuner(s, curve, {"floor": tune.grid_search([0.0, 0.1, 0.2])}, name="resources",
+                                      slots=4, tc=tune.TuneConfig(metric="loss", mode="min",
+                                                                  scheduler=ResourceChangingScheduler(
+                                                                      FIFOScheduler(), DistributeResources()))),
     }
 
 
@@ -136,7 +147,8 @@ def _trial_fields(t: Any) -> dict[str, Any]:
         "mlflow_run_id": t.mlflow_run_id, "time_total_s": t.time_total_s,
         "stopped_by_scheduler": t.stopped_by_scheduler, "restart_iteration": t.restart_iteration,
         "world_size": t.world_size, "world_sizes": list(t.world_sizes), "num_preemptions": t.num_preemptions,
-        "resumable": t.resumable,
+        "resumable": t.resumable, "base_resources": t.base_resources, "resources": t.resources,
+        "resource_changes": list(t.resource_changes),
     }
 
 
@@ -152,7 +164,7 @@ def _snapshot(state: ExperimentState) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("experiment", ["asha", "hyperband", "pbt", "retries", "errors", "oom_retry", "ctrl_c",
-                                        "lost_worker", "preemption", "not_started", "hung", "starved"])
+                                        "lost_worker", "preemption", "not_started", "hung", "starved", "resources"])
 def test_live_state_equals_the_reducer_over_the_journal_at_every_event(experiment, storage, tmp_path, monkeypatch):
     snapshots: list[dict[str, Any]] = []
     real_apply = _loop.apply
@@ -171,7 +183,8 @@ def test_live_state_equals_the_reducer_over_the_journal_at_every_event(experimen
                 "retries": {"trial_failure", "checkpoint_deleted"}, "errors": {"trial_failure"},
                 "oom_retry": {"oom_retry"}, "ctrl_c": {"trial_requeued"}, "lost_worker": {"trial_failure"},
                 "preemption": {"preempt_notice", "trial_preempted", "trial_requeued"},
-                "not_started": {"trial_requeued"}, "hung": {"trial_failure"}, "starved": {"starved"}}[experiment]
+                "not_started": {"trial_requeued"}, "hung": {"trial_failure"}, "starved": {"starved"},
+                "resources": {"trial_resources", "trial_paused", "trial_resume"}}[experiment]
     assert expected <= kinds, f"the recorded experiment reaches {expected - kinds}"
     folded = ExperimentState(trials=[], experiment_dir=grid.experiment_path, trusted=True)
     for k, line in enumerate(lines):

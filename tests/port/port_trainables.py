@@ -154,3 +154,32 @@ def ft_driver_fn(config: dict):
                                    callbacks=[TuneReportCallback()]),
     )
     trainer.fit()
+
+
+BOOST_ROUNDS = 6
+
+
+def boost_with_resources(config):
+    """The shape of Ray's xgboost_dynamic_resources_example, small: nthread from get_trial_resources(), the
+    booster resumed from the trial's checkpoint for the rounds left; each attempt notes what it was given."""
+    import json
+
+    import sklearn.datasets
+    import xgboost as xgb
+    from tuneplat.tune.integration.xgboost import TuneReportCheckpointCallback
+
+    data, labels = sklearn.datasets.load_breast_cancer(return_X_y=True)
+    train_set = xgb.DMatrix(data[:400], label=labels[:400])
+    test_set = xgb.DMatrix(data[400:], label=labels[400:])
+    model = None
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        model = TuneReportCheckpointCallback.get_model(checkpoint, filename="booster.json")
+    done = model.num_boosted_rounds() if model is not None else 0
+    params = dict(config, nthread=int(tune.get_context().get_trial_resources().head_cpus))
+    ctx = tune.get_context()
+    with open(os.path.join(ctx.get_trial_dir(), f"attempt_{ctx.get_attempt()}.json"), "w") as f:
+        json.dump({"nthread": params["nthread"], "omp": os.environ.get("OMP_NUM_THREADS"), "rounds_before": done}, f)
+    xgb.train(params, train_set, num_boost_round=BOOST_ROUNDS - done, evals=[(test_set, "eval")],
+              verbose_eval=False, xgb_model=model,
+              callbacks=[TuneReportCheckpointCallback(frequency=1, filename="booster.json")])

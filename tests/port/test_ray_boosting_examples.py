@@ -32,16 +32,23 @@ def ported(name: str) -> str:
     """Ray's example ``name`` with ``ray`` imports pointed at tuneplat, and nothing else changed."""
     with open(os.path.join(_ray_examples(), f"{name}.py"), encoding="utf-8") as f:
         text = f.read()
-    text = re.sub(r"^import ray$", "import tuneplat as ray", text, flags=re.M)
-    text = re.sub(r"^from ray(\.[\w.]+)? import", lambda m: f"from tuneplat{m.group(1) or ''} import", text, flags=re.M)
+    return ported_imports(text)
+
+
+def ported_imports(text: str) -> str:
+    """``text`` with its ``ray`` import lines (top-level or indented) pointed at tuneplat, and nothing else changed."""
+    text = re.sub(r"^(\s*)import ray$", r"\1import tuneplat as ray", text, flags=re.M)
+    text = re.sub(r"^(\s*)from ray(\.[\w.]+)? import", lambda m: f"{m.group(1)}from tuneplat{m.group(2) or ''} import",
+                  text, flags=re.M)
     assert not re.search(r"^\s*(import|from)\s+ray\b", text, flags=re.M), "an import of ray was left"
     return text
 
 
-def run_ported(name: str, cwd, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_ported(name: str, cwd, *args: str, timeout: int = 600, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess:
     script = cwd / f"{name}.py"
     script.write_text(ported(name), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]), **(env or {})}
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=str(cwd))
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
@@ -137,6 +144,115 @@ def test_lightgbm_example_with_cv(tmp_path):
     trials = trial_results(tmp_path)
     assert len(trials) == 4
     assert all({"binary_error", "binary_error_stdv"} <= set(rs[-1]) for rs in trials.values())
+
+
+def _journal(cwd) -> list[dict]:
+    (path,) = [os.path.join(top, "journal.jsonl") for top, _d, files in os.walk(cwd / "tuneplat_results")
+               if "journal.jsonl" in files]
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_a_boosting_trial_resized_on_a_dask_cluster_goes_on_with_the_new_threads(dask_client, storage):
+    """ResourceChangingScheduler on the 2-worker cluster: Ray's DistributeResources gives the one live trial the
+    cluster's 2 CPUs at its first result (1 free CPU, an even share of 1 more); it restarts from that round's
+    checkpoint with nthread=2 and boosts the rounds left, none lost or repeated."""
+    pytest.importorskip("xgboost", reason="the xgboost extra is not installed")
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed")
+    import port_trainables as P
+    from tuneplat.tune.execution.placement_groups import PlacementGroupFactory
+    from tuneplat.tune.integration.xgboost import TuneReportCheckpointCallback
+    from tuneplat.tune.schedulers import FIFOScheduler, ResourceChangingScheduler
+
+    import tuneplat as tune
+
+    grid = tune.Tuner(
+        tune.with_resources(P.boost_with_resources, PlacementGroupFactory([{"CPU": 1, "GPU": 0}])),
+        param_space={"objective": "binary:logistic", "eval_metric": ["logloss"], "max_depth": 3, "seed": 1},
+        tune_config=tune.TuneConfig(metric="eval-logloss", mode="min",
+                                    scheduler=ResourceChangingScheduler(FIFOScheduler())),
+        run_config=tune.RunConfig(storage_path=storage, name="rcs", mlflow=False, verbose=0),
+        client=dask_client).fit()
+    (result,) = list(grid)
+    assert result.error is None
+    rows = result.metrics_dataframe.to_dict("records")
+    assert [r["training_iteration"] for r in rows] == list(range(1, P.BOOST_ROUNDS + 1))
+    with open(os.path.join(storage, "rcs", "journal.jsonl"), encoding="utf-8") as f:
+        events = [json.loads(line) for line in f]
+    (change,) = [e for e in events if e["event"] == "trial_resources"]
+    assert change["previous"] == {"CPU": 1.0} and change["request"] == {"CPU": 2.0} and change["iteration"] == 1
+    starts = [e for e in events if e["event"] == "trial_start"]
+    assert [s["start_iteration"] for s in starts] == [0, 1]
+    assert starts[1]["checkpoint"].endswith("checkpoint_000001")
+    assert starts[1]["resources"]["resources_per_worker"] == {"CPU": 2.0}
+    attempts = []
+    for a in (0, 1):
+        with open(os.path.join(result.path, f"attempt_{a}.json"), encoding="utf-8") as f:
+            attempts.append(json.load(f))
+    # inside the trial: get_trial_resources().head_cpus -> nthread, and the rank's OpenMP threads, are its CPUs
+    assert attempts == [{"nthread": 1, "omp": "1", "rounds_before": 0}, {"nthread": 2, "omp": "2", "rounds_before": 1}]
+    booster = TuneReportCheckpointCallback.get_model(result.checkpoint, filename="booster.json")
+    assert booster.num_boosted_rounds() == P.BOOST_ROUNDS
+
+
+@pytest.mark.slow  # ~3 min here (8 trials of 2,000-tree rounds on 8 one-CPU workers of a 2-core machine)
+def test_xgboost_dynamic_resources_example_resizes_as_its_function_says(tmp_path):
+    """Ray's example as shipped: ray.init(num_cpus=8), 8 grid trials, ASHA, and its own allocation function
+    max(1, cpus // live trials). Every result the scheduler let continue is checked against that rule (from the
+    journal's state just before the decision); a resized trial restarts from the checkpoint of the paused round
+    with nthread = its new CPUs; the best model it prints is the best trial's."""
+    pytest.importorskip("xgboost", reason="the xgboost extra is not installed")
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed")
+    from tuneplat.core import _events as ev
+    from tuneplat.core._state import ExperimentState, apply
+
+    # (unbuffered: the worker processes' prints reach the script's stdout as they happen, not when a buffer fills)
+    proc = run_ported("xgboost_dynamic_resources_example", tmp_path, env={"PYTHONUNBUFFERED": "1"})
+    events = _journal(tmp_path)
+    state = ExperimentState(trials=[])
+    checked = resized = 0
+    for i, e in enumerate(events):
+        if e["event"] == "result":
+            nxt = events[i + 1] if i + 1 < len(events) else {}
+            stopped = nxt.get("event") == "decision" and nxt.get("trial_id") == e["trial_id"] \
+                and nxt.get("decision") == "STOP"
+            if e["result"]["training_iteration"] >= 1 and not stopped:
+                live = [t for t in state.trials if not t.status.is_finished()]
+                want = max(1, 8 // len(live))  # the example's rule on this 8-CPU cluster
+                have = state.by_id[e["trial_id"]].placement_group_factory.required_resources["CPU"]
+                paused = nxt.get("event") == "decision" and nxt.get("decision") == "PAUSE"
+                assert paused == (want != have), (e, want, have, len(live))
+                if paused:
+                    j = i + 2  # (its trial_resources line follows once its group has left its worker)
+                    while events[j]["event"] != "trial_resources" or events[j]["trial_id"] != e["trial_id"]:
+                        j += 1
+                    change = events[j]
+                    assert change["request"] == {"CPU": float(want)}, change
+                    resized += 1
+                checked += 1
+        apply(state, ev.from_json(e))
+    assert checked >= 8
+    starts = [e for e in events if e["event"] == "trial_start"]
+    for change in (e for e in events if e["event"] == "trial_resources"):
+        after = [s for s in starts if s["trial_id"] == change["trial_id"] and events.index(s) > events.index(change)]
+        assert after and after[0]["start_iteration"] == change["iteration"]
+        assert after[0]["checkpoint"].endswith(f"checkpoint_{change['iteration']:06d}")
+        assert after[0]["resources"]["resources_per_worker"] == change["request"]
+    # the trials print "nthreads: N xgb_model: ..." at each start: N is 1 at first starts, and each restart from a
+    # checkpoint (a Booster) prints the CPUs its resize gave
+    lines = re.findall(r"nthreads: (\d+) xgb_model: (None|<xgboost)", proc.stdout)
+    assert sorted(int(n) for n, m in lines if m == "None") == [1] * 8
+    given = sorted(int(c["request"]["CPU"]) for c in events if c["event"] == "trial_resources")
+    assert sorted(int(n) for n, m in lines if m != "None") == given and len(given) == resized
+    trials = trial_results(tmp_path)
+    assert len(trials) == 8
+    for rs in trials.values():  # no round lost nor repeated across the restarts
+        assert [r["training_iteration"] for r in rs] == list(range(1, len(rs) + 1))
+    best = min(trials.values(), key=lambda rs: rs[-1]["eval-logloss"])
+    accuracy = float(re.search(r"Best model total accuracy: ([0-9.-]+)", proc.stdout).group(1))
+    assert abs(accuracy - (1.0 - best[-1]["eval-logloss"])) < 1e-4  # (Ray's example prints 1 - logloss)
+    printed = ast.literal_eval(proc.stdout.split("Best model parameters: ", 1)[1].splitlines()[0])
+    assert printed == best[-1]["config"]
 
 
 def docstring_example(cls: type) -> str:

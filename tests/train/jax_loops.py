@@ -110,3 +110,41 @@ if __name__ == "__main__":
     finally:
         if n > 1:
             jax.distributed.shutdown()
+
+
+# ------------------------------------------------------------------ for the observability test
+def parked_in_jax_group(trial_dir: str) -> None:
+    """Waits (bounded) for the test to drop ``release`` in the trial folder: the rank is alive, inside its group."""
+    import time
+
+    with open(os.path.join(trial_dir, f"parked-{train.get_context().get_world_rank()}"), "w") as f:  # test's probe
+        f.write(str(os.getpid()))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(trial_dir, "release")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # JAX-PARKED-LINE
+
+
+def psum_then_park(config: dict[str, Any]) -> None:
+    """One cross-process ``psum`` (the group is formed), then parks until the test has looked at the ranks."""
+    import jax
+    import jax.numpy as jnp
+
+    total = jax.pmap(lambda v: jax.lax.psum(v, "ranks"), axis_name="ranks")(jnp.ones(jax.local_device_count()))
+    parked_in_jax_group(train.get_context().get_trial_dir())
+    train.report({"processes": jax.process_count(), "psum": float(total[0])})
+
+
+# ------------------------------------------------------------------ for the crash-retry test
+def psum_steps_rank1_fails_once(config: dict[str, Any]) -> None:
+    """``psum`` steps; in the first attempt rank 1 raises at step 2 while rank 0 is inside that step's ``psum``."""
+    import jax
+    import jax.numpy as jnp
+
+    rank = jax.process_index()
+    psum = jax.pmap(lambda v: jax.lax.psum(v, "ranks"), axis_name="ranks")
+    for step in range(config["steps"]):
+        if step == 2 and rank == 1 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("rank 1 fails at step 2")
+        total = psum(jnp.ones(jax.local_device_count()))
+        train.report({"step": step, "psum": float(total[0])})

@@ -76,3 +76,43 @@ def test_jax_config_validates():
         JaxConfig(use_gpu="yes")
     with pytest.raises(TypeError, match="JaxConfig"):
         JaxTrainer(jax_loops.linear_pmap, jax_config={"use_gpu": False})
+
+
+def test_status_workers_and_stacks_show_the_jax_ranks(dask_client, storage):
+    from rank_views import check_rank_views, look_at_parked_ranks
+
+    trainer = JaxTrainer(jax_loops.psum_then_park, scaling_config=ScalingConfig(num_workers=2),
+                         run_config=_rc(storage, "jaxobs"), client=dask_client)
+    exp = os.path.join(storage, "jaxobs")
+    status, stacks, pids, result = look_at_parked_ranks(trainer.fit, exp, world=2)
+    check_rank_views(status, stacks, pids, "parked_in_jax_group", jax_loops.__file__, "JAX-PARKED-LINE")
+    assert result.error is None and result.metrics["processes"] == 2 and result.metrics["psum"] == 2.0
+
+
+@pytest.mark.slow  # its own cluster: JAX ends both worker processes, their nannies restart them
+def test_a_rank_failing_while_its_peer_is_in_a_collective_retries(tmp_path, monkeypatch):
+    import json
+
+    from cluster_fixtures import local_client
+
+    # JAX's coordination service ends every process of the group when one fails (SIGABRT, "Terminating process
+    # because the JAX distributed service detected fatal errors"): the retry waits for the restarted workers, whose
+    # start (a fresh interpreter importing the preloads) takes minutes on a loaded 2-core machine, hence the bound
+    monkeypatch.setenv("TUNEPLAT_START_TIMEOUT_S", "600")
+    storage = str(tmp_path / "results")
+    with local_client(2) as client:
+        result = JaxTrainer(jax_loops.psum_steps_rank1_fails_once,
+                            train_loop_config={"steps": 4, "marker": str(tmp_path / "failed-once")},
+                            scaling_config=ScalingConfig(num_workers=2),
+                            run_config=_rc(storage, "jaxcrash", failure_config=tune.FailureConfig(max_failures=1)),
+                            client=client).fit()
+    assert os.path.exists(tmp_path / "failed-once")  # the first attempt did fail
+    assert result.error is None, result.error
+    with open(os.path.join(storage, "jaxcrash", "journal.jsonl"), encoding="utf-8") as f:
+        events = [json.loads(line) for line in f if line.strip()]
+    assert [e["attempt"] for e in events if e["event"] == "trial_failure"] == [0]
+    last_start = max(i for i, e in enumerate(events) if e["event"] == "trial_start")
+    after = [e for e in events[last_start:] if e["event"] == "result"]
+    assert len(after) == 4  # the retry ran every step (no checkpoint: from step 0) with both ranks in the psum
+    assert result.metrics["step"] == 3 and result.metrics["psum"] == 2.0
+    assert [e["status"] for e in events if e["event"] == "trial_end"] == ["TERMINATED"]

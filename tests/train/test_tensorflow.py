@@ -110,46 +110,18 @@ def test_keras_callback_checks_its_events_like_ray():
         cb._reported({"loss": 1.0})
 
 
-# ------------------------------------------------------------------ Ray's TensorFlow examples, ported (tests/port/scripts)
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "port", "scripts")
+def test_status_workers_and_stacks_show_the_tensorflow_ranks(dask_client, storage):
+    from rank_views import check_rank_views, look_at_parked_ranks
+
+    trainer = TensorflowTrainer(tf_loops.all_reduce_then_park, scaling_config=ScalingConfig(num_workers=2),
+                                run_config=_rc(storage, "tfobs"), client=dask_client)
+    exp = os.path.join(storage, "tfobs")
+    status, stacks, pids, result = look_at_parked_ranks(trainer.fit, exp, world=2)
+    check_rank_views(status, stacks, pids, "parked_in_tf_group", tf_loops.__file__, "TF-PARKED-LINE")
+    assert result.error is None and result.metrics["replicas"] == 2 and result.metrics["sum"] == 2.0
 
 
-def _script(name, cwd, *args, env_extra=None):
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(SCRIPTS)))  # the checkout
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]), **(env_extra or {})}
-    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, f"{name}.py"), *args], capture_output=True, text=True,
-                          timeout=840, env=env, cwd=str(cwd))
-    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-    return proc.stdout
-
-
-def _line(out, key):
-    found = [ln for ln in out.splitlines() if ln.startswith(key + " ")]
-    assert found, out[-3000:]
-    return found[-1][len(key) + 1:]
-
-
-def test_ray_tensorflow_quick_start_runs_ported(tmp_path):
-    out = _script("tensorflow_quick_start", tmp_path)
-    assert _line(out, "RESULT").endswith("True")  # train_func() alone, then TensorflowTrainer on 2 ranks
-
-
-def test_ray_tensorflow_mnist_example_reports_each_epoch_with_a_checkpoint(tmp_path):
-    out = _script("tensorflow_mnist_example", tmp_path, "--smoke-test")
-    iterations, accuracy, files = _line(out, "RESULT").split(" ", 2)
-    assert int(iterations) == 4 and 0.0 <= float(accuracy) <= 1.0  # epochs=4: one report per epoch
-    assert "model.keras" in files
-
-
-def test_ray_tune_mnist_keras_stops_at_the_iteration_limit(tmp_path):
-    # written for Keras 2 (SGD(lr=...)); its Tune trials are not TensorflowTrainer ranks, which would set this
-    out = _script("tune_mnist_keras", tmp_path, "--smoke-test", env_extra={"TF_USE_LEGACY_KERAS": "1"})
-    assert "ERRORS 0" in out
-    iterations = json.loads(_line(out, "ITERATIONS").split(" ERRORS")[0])
-    assert len(iterations) == 10 and max(iterations) == 2  # stop={"training_iteration": 2} in the smoke test
+# (Ray's TensorFlow examples run ported in tests/port/test_ray_tensorflow_examples.py)
 
 
 def test_keras_3_model_in_tune_trials_with_tune_report_checkpoint_callback(dask_client, storage):
@@ -165,3 +137,4 @@ def test_keras_3_model_in_tune_trials_with_tune_report_checkpoint_callback(dask_
         losses = result.metrics_dataframe["loss"].tolist()
         assert len(losses) == 3 and losses[-1] < losses[0]
         assert os.path.isfile(os.path.join(result.checkpoint.path, "model.keras"))
+

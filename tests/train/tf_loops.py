@@ -148,3 +148,25 @@ def launch_by_hand(loop: str, n: int, config: dict[str, Any], out: str, timeout:
 
 if __name__ == "__main__":
     globals()[sys.argv[1]](json.loads(sys.argv[2]))
+
+
+# ------------------------------------------------------------------ for the observability test
+def parked_in_tf_group(trial_dir: str) -> None:
+    """Waits (bounded) for the test to drop ``release`` in the trial folder: the rank is alive, inside its group."""
+    import time
+
+    with open(os.path.join(trial_dir, f"parked-{train.get_context().get_world_rank()}"), "w") as f:  # test's probe
+        f.write(str(os.getpid()))
+    deadline = time.monotonic() + 300
+    while not os.path.exists(os.path.join(trial_dir, "release")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # TF-PARKED-LINE
+
+
+def all_reduce_then_park(config: dict[str, Any]) -> None:
+    """One all-reduce over ``MultiWorkerMirroredStrategy``'s group, then parks until the test has looked."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+    parked_in_tf_group(train.get_context().get_trial_dir())
+    train.report({"replicas": strategy.num_replicas_in_sync, "sum": float(total.numpy())})

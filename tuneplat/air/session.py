@@ -39,7 +39,7 @@ def get_experiment_name() -> str | None:
     return get_context().get_experiment_name()
 
 
-def get_trial_resources() -> dict[str, Any]:
+def get_trial_resources() -> Any:
     return get_context().get_trial_resources()
 
 

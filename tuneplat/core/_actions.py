@@ -86,7 +86,8 @@ class SchedulerActions:
             why = getattr(self.scheduler, "stop_reason", lambda _t: None)(trial.trial_id)
             return decision, why or f"stopped by {self.scheduler.name}", not self._reached_scheduler_budget(result)
         if decision is Decision.PAUSE:
-            return decision, f"paused by {self.scheduler.name}", False
+            why = getattr(self.scheduler, "pause_reason", lambda _t: None)(trial.trial_id)
+            return decision, why or f"paused by {self.scheduler.name}", False
         return decision, "", False
 
     def _reached_scheduler_budget(self, result: Mapping[str, Any]) -> bool:
@@ -143,6 +144,8 @@ class SchedulerActions:
             elif plan is ActionPlan.STOP_AT_NEXT_REPORT:
                 self._running[trial.trial_id].stop_requested = Decision.STOP
             elif plan is ActionPlan.REQUEUE:
+                if isinstance(action, Resume) and action.resources is not None:
+                    self._record(_resources_event(trial, action.resources))  # (its next attempt's shape)
                 self._record(ev.TrialResume(trial_id=trial.trial_id))  # (PENDING again)
                 self._queue.appendleft(trial)
             elif plan is ActionPlan.CLONE_AND_REQUEUE and isinstance(action, Launch):
@@ -185,3 +188,14 @@ class SchedulerActions:
                            info=to_jsonable(dict(action.info)), config_object=new)
         self._record(event)
         self._on_exploit(trial, trial.lineage[-1])
+
+
+def _resources_event(trial: Trial, resources: Mapping[str, Any]) -> ev.TrialResources:
+    """The journal event of a scheduler's new resources for ``trial`` (``{"bundles", "strategy", "reason"}``)."""
+    from ..execution.placement_groups import PlacementGroupFactory
+
+    pgf = PlacementGroupFactory(list(resources["bundles"]), str(resources.get("strategy") or "PACK"))
+    previous = trial.placement_group_factory.required_resources
+    return ev.TrialResources(trial_id=trial.trial_id, bundles=pgf.bundles, strategy=pgf.strategy,
+                             request=pgf.required_resources, previous=previous, iteration=trial.iteration,
+                             reason=str(resources.get("reason") or "") or None)

@@ -29,7 +29,7 @@ __all__ = [
     "EVENT_TYPES", "STATUSES", "CheckpointDeleted", "CheckpointSaved", "Decision", "Event", "Experiment", "ExperimentEnd", "Exploit",
     "MlflowParentRun", "MlflowRun", "OomRetry", "PreemptNotice", "RankFailure", "Resize", "Result", "Stacks",
     "Starved", "StopAll", "Superseded", "SystemMetrics", "TimeBudgetReached", "TrialAdd", "TrialEnd", "TrialFailure",
-    "TrialEvent", "TrialPreempted", "TrialPaused", "TrialRequeued", "TrialResume", "TrialStart", "TrialWarning", "UnknownEvent", "from_json",
+    "TrialEvent", "TrialPreempted", "TrialPaused", "TrialRequeued", "TrialResources", "TrialResume", "TrialStart", "TrialWarning", "UnknownEvent", "from_json",
     "schema_problem",
 ]
 
@@ -283,6 +283,23 @@ class Resize(TrialEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrialResources(TrialEvent):
+    """A resource-changing scheduler gave the paused trial new resources: its next attempt runs with ``bundles``.
+
+    ``request`` is what its one rank asks for (the bundles' sum), ``previous`` what it asked before;
+    ``reason`` names the scheduler and its allocation function.
+    """
+
+    kind: ClassVar[str] = "trial_resources"
+    bundles: list[Any]
+    strategy: str | None = None
+    request: dict[str, Any] | None = None
+    previous: dict[str, Any] | None = None
+    iteration: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankFailure(TrialEvent):
     """One rank of a trial failed (the group is torn down)."""
 
@@ -387,7 +404,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls for cls in (
         Experiment, ExperimentEnd, TrialAdd, TrialStart, Result, Decision, CheckpointSaved, CheckpointDeleted,
         Superseded, TrialRequeued, TrialPaused, TrialResume, TrialFailure, OomRetry, TrialPreempted, TrialEnd, Exploit,
-        Resize,
+        Resize, TrialResources,
         RankFailure, PreemptNotice, SystemMetrics, Stacks, TrialWarning, TimeBudgetReached, StopAll, Starved,
         MlflowParentRun, MlflowRun,
     )

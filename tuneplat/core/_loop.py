@@ -92,6 +92,9 @@ class TuneLoop(_Launching, _Endings, _LoopState):
                 if t.recovered_result:  # its result line was lost with the last tuner: journal it now
                     self._write(ev.Result(trial_id=t.trial_id, result=to_jsonable(t.results[-1])))
             self.queue.extend(restore_algorithms(self.trials, self.searcher, self.scheduler))
+        bind = getattr(self.scheduler, "bind_tuner", None)  # (ResourceChangingScheduler: reads the trials, cluster)
+        if callable(bind):
+            bind(self.view)
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:

@@ -68,6 +68,8 @@ class TrialShapes:
 
     def started(self, trial: Trial) -> tuple[dict[str, float] | None, int | None]:
         """The shape a trial starts with: its auto-sized one, its own, or None (the experiment's)."""
+        if trial.resources is not None and trial.trial_id not in self._resolved:
+            return self._changed(trial)
         got = self._resolved.get(trial.trial_id) or self._own.get(trial.trial_id)
         return got if got is not None else (None, None)
 
@@ -76,7 +78,9 @@ class TrialShapes:
         return trial_id in self._resolved
 
     def _asked(self, trial: Trial) -> Shape:
-        """The trial's shape as asked (its own, or the experiment's)."""
+        """The trial's shape as asked (what a resource-changing scheduler gave it, its own, or the experiment's)."""
+        if trial.resources is not None:
+            return self._changed(trial)
         if self.trial_resources is None:
             return self.request, self.world_size
         shape = self._own.get(trial.trial_id)
@@ -91,6 +95,25 @@ class TrialShapes:
             except (TypeError, ValueError) as exc:  # a bad resources function/value, or a shape that never fits
                 raise ShapeRefused(f"{type(exc).__name__}: {exc}") from exc
             self._own[trial.trial_id] = shape
+        return shape
+
+    def _changed(self, trial: Trial) -> Shape:
+        """The shape a resource-changing scheduler gave the trial: one rank with its bundles' sum.
+
+        Raises:
+            ShapeRefused: no worker of the cluster could ever hold it (the trial, what was asked, what exists).
+        """
+        pgf = trial.placement_group_factory
+        shape: Shape = (pgf.required_resources, 1)
+        key = repr((sorted(shape[0].items()), shape[1]))
+        if key not in self._checked:
+            try:
+                self._executor.check_fits(*shape)
+            except ValueError as exc:
+                raise ShapeRefused(
+                    f"trial {trial.trial_id} was given {pgf} by the ResourceChangingScheduler (its "
+                    f"resources_allocation_function), which no worker of the cluster can hold: {exc}") from exc
+            self._checked.add(key)
         return shape
 
     def _seed(self, trials: Sequence[Trial]) -> None:

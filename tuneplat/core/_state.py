@@ -220,7 +220,7 @@ def _trial_add(state: ExperimentState, _t: Any, e: ev.TrialAdd) -> None:
         path = os.path.join(state.experiment_dir, os.path.basename(path))
     config = e.config_object if e.config_object is not None else _config(e.config, e.config_pickle, state.trusted)
     trial = Trial(trial_id=e.trial_id, config=config, path=path, name=str(e.name or e.trial_id),
-                  trainable_name=e.trainable_name or "")
+                  trainable_name=e.trainable_name or "", base_resources=_per_rank(state.meta.get("scaling")))
     if e.trial_id in state.by_id:  # (a journal that adds a trial twice: the later one counts)
         state.trials[:] = [t for t in state.trials if t.trial_id != e.trial_id]
     trial.seal()
@@ -236,6 +236,8 @@ def _trial_start(state: ExperimentState, t: Trial, e: ev.TrialStart) -> None:
     t.pending_decision = None
     t.restart_iteration = None
     t.world_size = len(e.workers or ()) or t.world_size
+    if e.resources and t.resources is None:  # its own resources (with_resources(fn), a ScalingConfig with domains)
+        t.base_resources = _per_rank(e.resources) or t.base_resources
     if not t.world_sizes and t.world_size:
         t.world_sizes.append((int(e.start_iteration or 0), t.world_size))
     state.running_since[t.trial_id] = e.time
@@ -248,6 +250,17 @@ def _resize(state: ExperimentState, t: Trial, e: ev.Resize) -> None:
     state.meta.setdefault("resizes", {}).setdefault(t.trial_id, []).append(
         {"iteration": e.iteration, "from_world_size": e.from_world_size, "to_world_size": e.to_world_size,
          "reason": e.reason, "message": e.message})
+
+
+def _trial_resources(state: ExperimentState, t: Trial, e: ev.TrialResources) -> None:
+    t.resources = {"bundles": [dict(b) for b in e.bundles], "strategy": e.strategy or "PACK"}
+    t.resource_changes.append((int(e.iteration or 0), dict(e.request or {})))
+
+
+def _per_rank(scaling: Any) -> dict[str, float] | None:
+    """The resources per rank of a journaled ``scaling``/``resources`` object (``resources_per_worker``)."""
+    per = scaling.get("resources_per_worker") if isinstance(scaling, dict) else None
+    return {str(k): float(v) for k, v in per.items() if isinstance(v, (int, float))} if isinstance(per, dict) else None
 
 
 def _result(state: ExperimentState, t: Trial, e: ev.Result) -> None:
@@ -374,7 +387,8 @@ def _trial_end(state: ExperimentState, t: Trial, e: ev.TrialEnd) -> None:
 
 _HANDLERS: dict[type[ev.Event], Callable[[ExperimentState, Any, Any], None]] = {
     ev.Experiment: _experiment, ev.ExperimentEnd: _experiment_end, ev.MlflowParentRun: _mlflow_parent,
-    ev.TrialAdd: _trial_add, ev.TrialStart: _trial_start, ev.Resize: _resize, ev.Result: _result,
+    ev.TrialAdd: _trial_add, ev.TrialStart: _trial_start, ev.Resize: _resize, ev.TrialResources: _trial_resources,
+    ev.Result: _result,
     ev.Superseded: _superseded, ev.CheckpointSaved: _checkpoint, ev.CheckpointDeleted: _checkpoint_deleted,
     ev.Decision: _decision, ev.TrialPaused: _paused, ev.TrialResume: _resume, ev.TrialRequeued: _requeued,
     ev.TrialFailure: _failure, ev.OomRetry: _oom_retry, ev.TrialPreempted: _preempted, ev.Exploit: _exploit,

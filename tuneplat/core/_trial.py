@@ -100,6 +100,12 @@ class Trial:
     recovered_result: bool = False
     #: ended only because the experiment ended early (fail_fast, a misspelt metric): a restore resumes it
     resumable: bool = False
+    #: what each of its ranks asks for as configured (``with_resources``, ``ScalingConfig``); None: not known
+    base_resources: dict[str, float] | None = None
+    #: ``{"bundles": [...], "strategy": ...}`` a resource-changing scheduler gave it (None: as configured)
+    resources: dict[str, Any] | None = None
+    #: ``(start_iteration, resources per rank)`` of each change of its resources (ResourceChangingScheduler)
+    resource_changes: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
     def __str__(self) -> str:
         return self.name
@@ -146,6 +152,21 @@ class Trial:
         from ..search._space import flatten_dict
 
         return dict(flatten_dict(self.config))
+
+    @property
+    def placement_group_factory(self) -> Any:
+        """The trial's resources as Ray's ``PlacementGroupFactory`` (Ray: ``Trial.placement_group_factory``).
+
+        What a resource-changing scheduler gave it last, else what it was configured with
+        (one bundle per rank), else one CPU.
+        """
+        from ..execution.placement_groups import PlacementGroupFactory
+
+        if self.resources is not None:
+            return PlacementGroupFactory(self.resources["bundles"], self.resources.get("strategy") or "PACK")
+        ranks = self.world_size or 1
+        base = dict(self.base_resources or {"CPU": 1.0})
+        return PlacementGroupFactory([base] * ranks if any(base.values()) else [{"CPU": 1.0}])
 
     @property
     def last_result(self) -> dict[str, Any]:

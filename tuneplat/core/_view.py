@@ -267,6 +267,10 @@ class TunerView:
         """Resources per rank."""
         return self._loop.request
 
+    def cluster_resources(self) -> dict[str, float]:
+        """The cluster's resources in total, busy or free (``{"CPU": 8.0, "GPU": 0.0}``; empty when unknown)."""
+        return dict(self._loop.executor.capacity())
+
     def sync_journal(self) -> bool:
         """Make every event written so far durable and readable by other processes; False without a journal."""
         journal = self._loop.journal

@@ -274,6 +274,12 @@ class Cluster:
             return None
         return self._start.exception()  # type: ignore[no-any-return]
 
+    def planned_capacity(self) -> dict[str, float]:
+        """The embedded cluster's CPUs and GPUs once all its workers are up (empty for a cluster not ours)."""
+        if not self.expected_workers:
+            return {}
+        return {"CPU": self.expected_workers * self._per_cpu, "GPU": float(self.local_gpus)}
+
     def pending_slots(self) -> list[Slot]:
         """The embedded cluster's workers asked for and not up yet, as the slots they will be.
 

@@ -206,6 +206,16 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         self.ledger.check_fits_empty(self._gpu_share(request), world_size, self.ctx.placement_strategy,
                                      self.cluster.pending_slots())
 
+    def capacity(self) -> dict[str, float]:
+        """Every worker's CPUs and GPUs; the embedded cluster's as planned (workers starting or restarting count)."""
+        pools: dict[str, float] = {}
+        for s in self.ledger.slots.values():
+            if s.gpu_pool:
+                pools[s.gpu_pool] = float(len(s.gpus))
+        have = {"CPU": float(sum(s.cpu for s in self.ledger.slots.values())), "GPU": float(sum(pools.values()))}
+        planned = self.cluster.planned_capacity() if self.cluster is not None else {}
+        return {k: max(v, planned.get(k, 0.0)) for k, v in have.items()}
+
     def gpu_memory_bytes(self) -> float | None:
         if self._device_bytes is None:
             self._device_bytes = device_memory_bytes() or 0.0
@@ -284,6 +294,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
                 system_metrics_s=self.system_metrics_s,
                 rank_hosts=[x.host for x in placement],
                 cpus=float((reservation.request or ctx.request).get("CPU", 1.0)),
+                resources=dict(reservation.request or ctx.request),
                 tuner_local=self._listener.local_name if self._listener is not None else None,
             )
             if runner is not None:

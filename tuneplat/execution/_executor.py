@@ -245,6 +245,14 @@ class TrialExecutor(abc.ABC):
         """
         return None
 
+    def capacity(self) -> dict[str, float]:
+        """The cluster's resources in total, busy or free (``{"CPU": 8.0, "GPU": 0.0}``); empty when unknown.
+
+        What Ray's ``TuneController._resource_updater.get_num_cpus()`` says: a resource-changing
+        scheduler's allocation function divides it among trials.
+        """
+        return {}
+
     def gpu_memory_bytes(self) -> float | None:
         """The memory of the executor's (smallest) GPU in bytes, None when unknown or without GPUs.
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 import heapq
 import inspect
 import logging
+import math
 import os
 from collections.abc import Iterable, Mapping
 
@@ -87,11 +88,18 @@ __all__ = ["HANG", "LOSE_HOST", "LOSE_WORKER", "OutOfMemoryError", "PREEMPT", "V
 logger = logging.getLogger("tuneplat")
 
 
+def _cpu_slots(request: Mapping[str, float]) -> int:
+    """Virtual slots one rank of ``request`` takes: one per whole CPU it asks (a CPU of a slot each), at least one."""
+    cpus = float(request.get("CPU", 1.0) or 0.0)
+    return max(1, math.ceil(cpus - 1e-9))
+
+
 class VirtualTimeExecutor(_Threads, _Curves, _VState):
     """Runs trials in the tuner's process in virtual time (see the module docstring).
 
     Args:
-        num_slots: how many ranks run at once (a trial takes ``num_workers`` slots).
+        num_slots: how many ranks run at once: a CPU each (a trial takes ``num_workers`` slots, times the whole
+            CPUs each rank asks for: ``{"CPU": 2}`` takes two).
         iteration_s: virtual seconds an iteration takes when its result has no
             ``time_this_iter_s`` (and, for a real trainable, it did not :func:`sleep`).
         start_s: virtual seconds a trial takes to start.
@@ -162,15 +170,16 @@ class VirtualTimeExecutor(_Threads, _Curves, _VState):
         return len(self._trials) + len(self._threads)
 
     def reserve(self, request: Mapping[str, float] | None = None, world_size: int | None = None) -> _VRes | None:
-        need = self.ctx.world_size if world_size is None else world_size
+        asked = self.ctx.request if request is None else request
+        need = (self.ctx.world_size if world_size is None else world_size) * _cpu_slots(asked)
         if self._free < need:
             self._starving = self.running() == 0  # nothing will ever free a slot for it
             return None
-        share = self._gpu_share(self.ctx.request if request is None else request)
+        share = self._gpu_share(asked)
         devices: list[list[tuple[int, float]]] = []
         if share > 0:
             free = list(self._gpu_free)
-            for _ in range(need):
+            for _ in range(need // _cpu_slots(asked)):
                 got = self._place(free, share)
                 if got is None:
                     return None
@@ -181,6 +190,10 @@ class VirtualTimeExecutor(_Threads, _Curves, _VState):
                 self._gpu_free[dev] -= part
         return _VRes(need, devices)
 
+    def capacity(self) -> dict[str, float]:
+        """One CPU per slot, and the virtual GPUs."""
+        return {"CPU": float(self.num_slots), "GPU": float(self.gpus)}
+
     def gpu_memory_bytes(self) -> float | None:
         return self.gpu_memory if self.gpus else None
 
@@ -190,6 +203,10 @@ class VirtualTimeExecutor(_Threads, _Curves, _VState):
         if world_size > self.num_slots:
             raise PlacementError(f"A trial needs {world_size} rank(s) but VirtualTimeExecutor(num_slots="
                                  f"{self.num_slots}) has fewer slots; raise num_slots.")
+        if world_size * _cpu_slots(request) > self.num_slots:
+            raise PlacementError(f"A trial needs {world_size} rank(s) with {{CPU={request.get('CPU', 1):g}}} each "
+                                 f"(one slot per CPU) but VirtualTimeExecutor(num_slots={self.num_slots}) has "
+                                 f"{self.num_slots} slot(s); raise num_slots.")
         share = self._gpu_share(request)
         if share <= 0:
             return

@@ -42,7 +42,8 @@ class _Threads(_VState):
             node_rank=0, tuner_addr=("virtual", 0), token=b"", config=dict(spec.config),
             start_iteration=spec.start_iteration, time_offset=spec.time_offset,
             checkpoint_path=spec.checkpoint_path, backend=ctx.backend or "gloo", metric=ctx.metric,
-            storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir)
+            storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
+            resources=dict(spec.request or ctx.request), cpus=float((spec.request or ctx.request).get("CPU", 1.0)))
         self._threads[spec.trial_id] = tt
         self._ready.append(Started(spec.trial_id))
         self._schedule(tt, self.start_s, ("resume", ("go",)))

@@ -99,6 +99,8 @@ class RankSpec:
     trial_io: Any = None  # execution._trial_io.TrialIO: the trial's working directory and captured output
     rank_hosts: list[str] = field(default_factory=list)  # the host of every rank of the group (data locality)
     cpus: float = 1.0  # the CPU slots the rank holds on its host (2 or more: its thread pools use that many)
+    #: what the rank asks for (``{"CPU": 2.0, ...}``: the trial's resources per rank; get_trial_resources())
+    resources: dict[str, float] = field(default_factory=dict)
     #: how long the rank tries to authenticate with the tuner: 3/4 of its start timeout (the tuner gives up then,
     #: so the rank's own failure, with its cause, comes first)
     connect_within_s: float = field(default_factory=lambda: 0.75 * env_seconds("TUNEPLAT_START_TIMEOUT_S", 90))
@@ -144,8 +146,21 @@ class TrainContext:
     def get_trial_dir(self) -> str | None:
         return self._spec.trial_dir if self._spec else None
 
-    def get_trial_resources(self) -> dict[str, Any]:
-        return {"gpu_ids": list(self._spec.gpu_ids)} if self._spec else {}
+    def get_trial_resources(self) -> Any:
+        """The resources of this rank as Ray's ``PlacementGroupFactory`` (one bundle: what the rank holds).
+
+        A trial resized by a ``ResourceChangingScheduler`` sees its new resources here
+        (``head_cpus``: the CPUs its threads may use). ``["gpu_ids"]`` gives the GPUs it was given.
+        """
+        from ..execution.placement_groups import PlacementGroupFactory
+
+        spec = self._spec
+        if spec is None:
+            return PlacementGroupFactory([{"CPU": 1}])
+        asked = {k: v for k, v in (spec.resources or {"CPU": spec.cpus}).items() if not k.startswith("GPU_")}
+        pgf = PlacementGroupFactory([asked if any(asked.values()) else {"CPU": spec.cpus}])
+        pgf.gpu_ids = list(spec.gpu_ids)  # type: ignore[attr-defined]
+        return pgf
 
     def get_attempt(self) -> int:
         """0 for the first run of the trial, then 1, 2, ... for retries and resumes."""

@@ -166,6 +166,14 @@ class Trainable:
         """The trial's folder (the same as :attr:`logdir`)."""
         return self.logdir
 
+    @property
+    def trial_resources(self) -> Any:
+        """The trial's resources (Ray's ``Trainable.trial_resources``): a ``PlacementGroupFactory``, what a
+        ``ResourceChangingScheduler`` gave it last (``head_cpus``: its CPUs now)."""
+        from ..train._session import get_context
+
+        return get_context().get_trial_resources()
+
     def get_config(self) -> dict[str, Any]:
         return self.config
 

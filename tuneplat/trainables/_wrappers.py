@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._config import ScalingConfig
+from ..execution.placement_groups import PlacementGroupFactory
 
 __all__ = ["ParameterizedTrainable", "PlacementGroupFactory", "resources_of", "trial_resources_of", "with_parameters",
            "with_resources"]
@@ -179,50 +180,6 @@ def _scaling_from_dict(resources: Mapping[str, Any]) -> ScalingConfig:
             raise ValueError(f"with_resources(): {name!r} is given twice (resource names are case-insensitive)")
         per_worker[upper] = float(value)
     return ScalingConfig(num_workers=1, resources_per_worker=per_worker)
-
-
-class PlacementGroupFactory:
-    """Ray's resource bundles for one trial (``ray.tune.PlacementGroupFactory``), for :func:`with_resources`.
-
-    A Tune function trainable runs in one process that holds every bundle
-    (Ray gives the extra bundles to actors the trainable starts itself); here
-    that is one rank with the bundles' sum: ``PlacementGroupFactory([{"CPU": 1},
-    {"CPU": 2}])`` is ``{"CPU": 3}``. For several ranks joined by
-    torch.distributed, use a ``ScalingConfig(num_workers=...)``.
-
-    Args:
-        bundles: a non-empty list of dicts like ``{"CPU": 1, "GPU": 0.5}``.
-        strategy: ``"PACK"``, ``"SPREAD"``, ``"STRICT_PACK"``, ``"STRICT_SPREAD"`` (accepted).
-
-    Example:
-        >>> PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}]).required_resources
-        {'CPU': 3.0}
-    """
-
-    def __init__(self, bundles: list[Mapping[str, float]], strategy: str = "PACK", *args: Any, **kwargs: Any) -> None:
-        if not isinstance(bundles, (list, tuple)) or not bundles or not all(isinstance(b, Mapping) for b in bundles):
-            raise ValueError(f"The value of `bundles` is {bundles!r}, but must be a non-empty list of dicts like "
-                             "[{'CPU': 1}].")
-        if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
-            raise ValueError(f"The value of `strategy` is {strategy!r}, but must be 'PACK', 'SPREAD', "
-                             "'STRICT_PACK' or 'STRICT_SPREAD'.")
-        self.bundles = [dict(b) for b in bundles]
-        self.strategy = strategy
-
-    @property
-    def required_resources(self) -> dict[str, float]:
-        """The bundles' sum (what the trial's one rank asks for)."""
-        total: dict[str, float] = {}
-        for bundle in self.bundles:
-            for key, value in bundle.items():
-                name = str(key).upper() if str(key).lower() in ("cpu", "gpu") else str(key)
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                    raise ValueError(f"PlacementGroupFactory bundle {bundle!r}: {key!r} must be a number >= 0.")
-                total[name] = total.get(name, 0.0) + float(value)
-        return total
-
-    def __repr__(self) -> str:
-        return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"
 
 
 def with_resources(trainable: Callable[..., Any],

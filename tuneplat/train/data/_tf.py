@@ -67,4 +67,9 @@ def to_tf(batches: Callable[[], Iterable[dict[str, Any]]], first: Callable[[], d
         for batch in batches():
             yield split(batch)
 
-    return tf.data.Dataset.from_generator(generate, output_signature=tuple(specs))
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=tuple(specs))
+    # the batches are this rank's shard already: without this, MultiWorkerMirroredStrategy's AUTO policy falls back
+    # to DATA sharding and each rank keeps every world_size-th of its own batches (Ray's to_tf turns it off too)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)

@@ -34,14 +34,16 @@ class JaxTrainer(DataParallelTrainer):
     def __init__(self, train_loop_per_worker: Callable[..., Any], *, train_loop_config: Mapping[str, Any] | None = None,
                  jax_config: JaxConfig | None = None, scaling_config: Any = None, dataset_config: Any = None,
                  run_config: Any = None, datasets: Any = None, client: Any = None, metadata: Any = None,
-                 resume_from_checkpoint: Any = None, backend_config: Any = None) -> None:
+                 resume_from_checkpoint: Any = None, backend_config: Any = None,
+                 validation_config: Any = None) -> None:
         config = jax_config if jax_config is not None else backend_config
         if config is None:
             config = JaxConfig(use_tpu=bool(getattr(scaling_config, "use_tpu", False)),
                                use_gpu=bool(getattr(scaling_config, "use_gpu", False)))
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config, scaling_config=scaling_config,
                          run_config=run_config, datasets=datasets, client=client, dataset_config=dataset_config,
-                         metadata=metadata, resume_from_checkpoint=resume_from_checkpoint, backend_config=config)
+                         metadata=metadata, resume_from_checkpoint=resume_from_checkpoint, backend_config=config,
+                         validation_config=validation_config)
 
     def _check_backend_config(self, config: Any) -> Any:
         if not isinstance(config, JaxConfig):

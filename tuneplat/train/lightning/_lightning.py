@@ -161,6 +161,18 @@ def _scalar(value: Any) -> Any:
 class _ReportMixin:
     CHECKPOINT_NAME = "checkpoint.ckpt"
 
+    def __init__(self, checkpoint_upload_mode: Any = None, validation: bool = False) -> None:
+        if validation:
+            raise NotImplementedError("RayTrainReportCallback(validation=True) (Ray Train V2's checkpoint validation "
+                                      "tasks) is not ported: validate in the LightningModule (validation_step) and "
+                                      "its logged metrics are reported with the checkpoint.")
+        if checkpoint_upload_mode is not None and not isinstance(checkpoint_upload_mode,
+                                                                 _sessions.CheckpointUploadMode):
+            checkpoint_upload_mode = _sessions.CheckpointUploadMode(str(checkpoint_upload_mode).upper())
+        super().__init__()
+        self.checkpoint_upload_mode = checkpoint_upload_mode
+        self.validation = validation
+
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Count the step for the rank's steps/s and samples/s (``tuneplat status --workers``)."""
         session = _sessions.current_session()
@@ -177,7 +189,8 @@ class _ReportMixin:
         with tempfile.TemporaryDirectory(prefix="tuneplat-lightning-") as tmp:
             # collective: Lightning writes the file on global rank 0 only
             trainer.save_checkpoint(os.path.join(tmp, self.CHECKPOINT_NAME), weights_only=False)
-            _sessions.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+            _sessions.report(metrics, checkpoint=Checkpoint.from_directory(tmp),
+                             checkpoint_upload_mode=self.checkpoint_upload_mode)
         trainer.strategy.barrier()
 
 
@@ -308,9 +321,17 @@ class RayTrainReportCallback(_Dispatch, _ReportMixin, pl.callbacks.Callback):  #
     the tuner decides STOP (a scheduler such as ASHA), ``trainer.fit()`` ends on
     every rank.
 
+    Args:
+        checkpoint_upload_mode: a :class:`~tuneplat.train.CheckpointUploadMode` (Ray
+            Train V2's; every mode persists before ``report`` returns here).
+        validation: Ray Train V2's asynchronous checkpoint validation: not ported (True raises).
+
     Example:
         >>> pl.Trainer(callbacks=[RayTrainReportCallback()], ...)  # doctest: +SKIP
     """
+
+    def __init__(self, checkpoint_upload_mode: Any = None, validation: bool = False) -> None:
+        super().__init__(checkpoint_upload_mode=checkpoint_upload_mode, validation=validation)
 
 
 _PUBLIC = {"RayDDPStrategy", "RayDeepSpeedStrategy", "RayFSDPStrategy", "RayLightningEnvironment",

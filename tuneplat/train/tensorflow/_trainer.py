@@ -36,12 +36,14 @@ class TensorflowTrainer(DataParallelTrainer):
     def __init__(self, train_loop_per_worker: Callable[..., Any], *, train_loop_config: Mapping[str, Any] | None = None,
                  tensorflow_config: TensorflowConfig | None = None, scaling_config: Any = None,
                  dataset_config: Any = None, run_config: Any = None, datasets: Any = None, client: Any = None,
-                 metadata: Any = None, resume_from_checkpoint: Any = None, backend_config: Any = None) -> None:
+                 metadata: Any = None, resume_from_checkpoint: Any = None, backend_config: Any = None,
+                 validation_config: Any = None) -> None:
         config = tensorflow_config if tensorflow_config is not None else backend_config
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config, scaling_config=scaling_config,
                          run_config=run_config, datasets=datasets, client=client, metadata=metadata,
                          resume_from_checkpoint=resume_from_checkpoint, dataset_config=dataset_config,
-                         backend_config=config if config is not None else TensorflowConfig())
+                         backend_config=config if config is not None else TensorflowConfig(),
+                         validation_config=validation_config)
 
     def _check_backend_config(self, config: Any) -> Any:
         if not isinstance(config, TensorflowConfig):

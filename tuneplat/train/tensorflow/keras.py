@@ -75,7 +75,8 @@ class RayReportCallback:
             or a dict ``{reported name: Keras log name}``.
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, checkpoint_on: str | list[str] = "epoch_end", report_metrics_on: str | list[str] = "epoch_end",
+                metrics: str | list[str] | dict[str, str] | None = None) -> Any:
         base = _keras_base(sys._getframe(1))
         concrete = _CONCRETE.get((cls, base))
         if concrete is None:

@@ -4,7 +4,9 @@ Re-exports the pure :mod:`schedulers` package, so a Ray Tune script's
 ``from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining``
 becomes ``from tuneplat.schedulers import ASHAScheduler, PopulationBasedTraining``.
 ``OptunaPrunerScheduler`` (any Optuna pruner as a scheduler) is also here; it
-imports Optuna on first access only, so ``import tuneplat`` stays light.
+imports Optuna on first access only, so ``import tuneplat`` stays light; so are
+``ResourceChangingScheduler`` and its allocation functions ``DistributeResources``,
+``DistributeResourcesToTopJob`` (:mod:`tuneplat.schedulers.resource_changing_scheduler`).
 
 Example:
     >>> from tuneplat.schedulers import ASHAScheduler
@@ -17,9 +19,12 @@ from __future__ import annotations
 from schedulers import *
 from schedulers import __all__ as _all
 
-_LAZY = {"OptunaPrunerScheduler": "tuneplat.search.optuna"}
+_RCS = "tuneplat.schedulers.resource_changing_scheduler"
+_LAZY = {"OptunaPrunerScheduler": "tuneplat.search.optuna", "ResourceChangingScheduler": _RCS,
+         "DistributeResources": _RCS, "DistributeResourcesToTopJob": _RCS}
 
-__all__ = [*_all, "OptunaPrunerScheduler"]  # noqa: PLE0604 - the package's names + the lazy one
+__all__ = [  # noqa: PLE0604 - the package's names + the lazy ones
+    *_all, "DistributeResources", "DistributeResourcesToTopJob", "OptunaPrunerScheduler", "ResourceChangingScheduler"]
 
 
 def __getattr__(name: str) -> object:
