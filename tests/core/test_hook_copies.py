@@ -129,3 +129,46 @@ def test_a_callback_gets_read_only_lists_and_a_clear_error_on_assignment(tmp_pat
                       executor=VirtualTimeExecutor(num_slots=1)).fit()
     assert grid[0].metrics["loss"] == 1.0 and not grid.errors
     assert len(problems) == 2 and "read-only" in problems[0] and problems[1] == "results"
+
+
+def test_a_controller_callback_edits_of_checkpoint_metrics_and_exploit_events_stay_its_own(tmp_path):
+    """The internal hooks' arguments that are the trial's own state (a checkpoint's metrics, PBT's lineage entry)
+    reach callbacks as copies too."""
+    from tuneplat.core._callbacks import ControllerCallback
+    from tuneplat.schedulers import PopulationBasedTraining
+
+    exploits: list[dict[str, Any]] = []
+    lineage: list[dict[str, Any]] = []
+
+    class Edits(ControllerCallback):
+        def on_checkpoint(self, ctrl, trial, checkpoint, metrics):
+            metrics["score"] = -1.0
+            metrics.clear()
+
+        def on_trial_exploit(self, ctrl, trial, event):
+            exploits.append(dict(event))
+            event.clear()
+
+        def on_experiment_end(self, ctrl, status):
+            lineage.extend(dict(entry) for t in ctrl.trials for entry in t.lineage)
+
+    def pbt_curve(config):
+        for step in range(1, 16):
+            yield {"score": config["lr"] * step}
+
+    grid = tune.Tuner(
+        pbt_curve, param_space={"lr": tune.grid_search([0.1, 0.5, 1.0, 2.0])},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=PopulationBasedTraining(
+            time_attr="training_iteration", perturbation_interval=4, seed=1,
+            hyperparam_mutations={"lr": [0.1, 0.5, 1.0, 2.0]})),
+        run_config=tune.RunConfig(name="pbt", storage_path=str(tmp_path), verbose=0, mlflow=False,
+                                  callbacks=[Edits()]),
+        executor=VirtualTimeExecutor(num_slots=4)).fit()
+    assert exploits, "PBT exploited (the seeded run does)"
+    for result in grid:
+        assert result.metrics["score"] > 0  # the checkpoints' metrics (Result.metrics) kept their values
+        assert all(metrics.get("score", 0) > 0 for _, metrics in result.best_checkpoints)
+    lines = read_journal(os.path.join(grid.experiment_path, "journal.jsonl"))
+    assert sum(e["event"] == "exploit" for e in lines) == len(exploits)
+    # the live trials' lineage at the end (what fit() and a restore's replay hold) kept every exploit entry whole
+    assert len(lineage) == len(exploits) and all(lineage)

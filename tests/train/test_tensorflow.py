@@ -110,6 +110,36 @@ def test_keras_callback_checks_its_events_like_ray():
         cb._reported({"loss": 1.0})
 
 
+def test_tensorflow_checkpoint_from_h5_and_saved_model_folder(tmp_path):
+    import shutil
+
+    import tensorflow as tf
+
+    from tuneplat.train.tensorflow import TensorflowCheckpoint
+
+    model = tf.keras.Sequential([tf.keras.Input(shape=(3,)), tf.keras.layers.Dense(2)])
+    model.save(tmp_path / "m.h5")
+    ckpt = TensorflowCheckpoint.from_h5(str(tmp_path / "m.h5"))
+    try:
+        assert "m.h5" in os.listdir(ckpt.path) and ckpt.get_metadata()[TensorflowCheckpoint.MODEL_FILENAME_KEY] == "m.h5"
+        for a, b in zip(ckpt.get_model().get_weights(), model.get_weights()):  # the same weights back
+            np.testing.assert_array_equal(a, b)
+    finally:
+        shutil.rmtree(ckpt.path)
+    with pytest.raises(ValueError, match="existing .h5 file"):
+        TensorflowCheckpoint.from_h5(str(tmp_path / "missing.h5"))
+    with pytest.raises(ValueError, match="existing SavedModel folder"):
+        TensorflowCheckpoint.from_saved_model(str(tmp_path / "missing"))
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "saved_model.pb").write_bytes(b"x")
+    ckpt = TensorflowCheckpoint.from_saved_model(str(tmp_path / "saved"))
+    try:  # a copy of the whole folder; the model file name is "." (the folder), as in Ray
+        assert "saved_model.pb" in os.listdir(ckpt.path)
+        assert ckpt.get_metadata()[TensorflowCheckpoint.MODEL_FILENAME_KEY] == "."
+    finally:
+        shutil.rmtree(os.path.dirname(ckpt.path))
+
+
 def test_status_workers_and_stacks_show_the_tensorflow_ranks(dask_client, storage):
     from rank_views import check_rank_views, look_at_parked_ranks
 

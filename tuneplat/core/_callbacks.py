@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._events import Event
+from ._view import copy_result
 
 if TYPE_CHECKING:
     from ._view import TunerView
@@ -127,7 +128,9 @@ class Callbacks:
                 hook(self._view, trial, result, rank_metrics)
 
     def checkpoint(self, trial: Any, checkpoint: Any, metrics: dict[str, Any]) -> None:
-        trial = self._view.seen(trial)
+        if not self.all:
+            return
+        trial, metrics = self._view.seen(trial), copy_result(metrics)  # (the trial's own result: a copy)
         for cb in self.all:
             cb.on_checkpoint(self._view, trial, checkpoint, metrics)
 
@@ -149,7 +152,7 @@ class Callbacks:
                 hook(self._view, trial, old, new, reason)
 
     def trial_exploit(self, trial: Any, event: dict[str, Any]) -> None:
-        trial = self._view.seen(trial)
+        trial, event = self._view.seen(trial), copy_result(event)  # (the trial's lineage entry: a copy)
         for cb in self.all:
             cb.on_trial_exploit(self._view, trial, event)
 
@@ -159,7 +162,9 @@ class Callbacks:
             self._record(cb.on_trial_complete(self._view, trial))
 
     def system_metrics(self, trial: Any, ranks: dict[int, dict[str, float]], timestamp: float) -> None:
-        trial = self._view.seen(trial)
+        if not self.all:
+            return
+        trial, ranks = self._view.seen(trial), {k: dict(v) for k, v in ranks.items()}  # (journaled after: a copy)
         for cb in self.all:
             hook = getattr(cb, "on_system_metrics", None)
             if hook is not None:
