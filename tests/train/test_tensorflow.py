@@ -52,17 +52,23 @@ def test_two_ranks_equal_tf_config_by_hand_and_checkpoint_restores(dask_client, 
     np.testing.assert_allclose(resumed.metrics_dataframe["loss"].tolist(), ours[2:], rtol=1e-5)
 
 
-def test_dataset_shard_to_tf_feeds_keras_on_each_rank(dask_client, storage):
+@pytest.mark.parametrize("prepare", [True, False])
+def test_dataset_shard_to_tf_feeds_keras_on_each_rank(dask_client, storage, prepare):
     import pandas as pd
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=256).astype("float32")
     df = pd.DataFrame({"x": x, "y": (2 * x + 1).astype("float32")})
-    result = TensorflowTrainer(tf_loops.keras_on_shard, train_loop_config={"epochs": 3}, datasets={"train": df},
-                               scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "tf_data"),
-                               client=dask_client).fit()
+    result = TensorflowTrainer(tf_loops.keras_on_shard, train_loop_config={"epochs": 3, "prepare": prepare},
+                               datasets={"train": df}, scaling_config=ScalingConfig(num_workers=2),
+                               run_config=_rc(storage, "tf_data"), client=dask_client).fit()
     losses = result.metrics_dataframe["loss"].tolist()
     assert result.metrics["rows"] == 128  # rank 0's shard: half of the rows, every one once per pass
+    # Keras trains on every row of the shard, with or without prepare_dataset_shard (to_tf's dataset has
+    # TensorFlow's auto-sharding off, as Ray's): MultiWorkerMirroredStrategy takes a batch of 16 as the global
+    # batch and splits it over the 2 replicas, so a rank's 128 rows are 16 steps of 8 rows an epoch (with
+    # auto-sharding on, each rank would also keep only every 2nd element of its own shard: 8 steps)
+    assert result.metrics_dataframe["batches"].tolist() == [16, 16, 16]
     assert len(losses) == 3 and losses[-1] < losses[0]
 
 
