@@ -16,7 +16,8 @@ Compared, in one run, on the same generated Parquet files (``--features`` float3
 
 Figures per epoch: rows / the slowest rank's (worker's) epoch time, and the Parquet bytes read / that time (MB/s);
 for the reader and tuneplat also the CPU seconds their processes spent per million rows (all ranks together), a
-figure a loaded machine changes less than rows/s.
+figure a loaded machine changes less than rows/s, and their minor page faults per million rows (which it does not
+change).
 The JSON gives every epoch, the best warm epoch (after the first), each rank's (worker's, process's) peak RSS
 during the epochs, and the ratios against ``reader`` and the best of ``reader``/``dataloader``. The machine's load
 average at the start and the end is recorded: on a shared machine, read the ratios within one run.
@@ -81,6 +82,13 @@ class PeakRSS:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _faults() -> int:
+    """Minor page faults of this process so far (every thread)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def step(batch: dict, model: object, features: int) -> int:
@@ -152,11 +160,11 @@ def child_reader(folder: str, epochs: int, batch: int, features: int, workers: i
             else:
                 it = row_group_batches(files, groups, batch)
             rows = 0
-            t, cpu = time.perf_counter(), time.process_time()
+            t, cpu, flt = time.perf_counter(), time.process_time(), _faults()
             with torch.no_grad():
                 for b in it:
                     rows += step(b, model, features)
-            per_epoch.append((rows, time.perf_counter() - t, time.process_time() - cpu))
+            per_epoch.append((rows, time.perf_counter() - t, time.process_time() - cpu, _faults() - flt))
     peaks = [mem.peak]  # this process, then each DataLoader worker (the largest over the epochs' processes)
     by_worker: dict[int, int] = {}
     for name in sorted(os.listdir(rss_dir)):
@@ -178,7 +186,7 @@ def run_child(folder: str, epochs: int, batch: int, features: int, workers: int,
         got = json.load(f)
     per_epoch = [tuple(e) for e in got["per_epoch"]]
     if workers:  # the workers' CPU time is not this process's: no CPU figure
-        per_epoch = [(r, s, None) for r, s, _c in per_epoch]
+        per_epoch = [(r, s, None, None) for r, s, _c, _f in per_epoch]
     return {"per_epoch": per_epoch, "peak_rss": got["peak_rss"]}
 
 
@@ -203,11 +211,11 @@ def loop(config: dict) -> None:
             if dist.is_available() and dist.is_initialized():
                 dist.barrier()  # the ranks start each epoch together
             rows = 0
-            t, cpu = _time.perf_counter(), _time.process_time()
+            t, cpu, flt = _time.perf_counter(), _time.process_time(), _faults()
             with torch.no_grad():
                 for batch in batches:
                     rows += step(batch, model, config["features"])
-            per_epoch.append((rows, _time.perf_counter() - t, _time.process_time() - cpu))
+            per_epoch.append((rows, _time.perf_counter() - t, _time.process_time() - cpu, _faults() - flt))
     rank = train.get_context().get_world_rank()
     with open(_os.path.join(config["out"], f"rank{rank}.json"), "w", encoding="utf-8") as f:
         _json.dump({"per_epoch": per_epoch, "peak_rss": mem.peak}, f)
@@ -221,7 +229,8 @@ def _ranks(folder: str) -> dict:
             ranks.append(json.load(f))
     epochs = len(ranks[0]["per_epoch"])
     per_epoch = [(sum(rk["per_epoch"][e][0] for rk in ranks), max(rk["per_epoch"][e][1] for rk in ranks),
-                  sum(rk["per_epoch"][e][2] for rk in ranks)) for e in range(epochs)]
+                  sum(rk["per_epoch"][e][2] for rk in ranks), sum(rk["per_epoch"][e][3] for rk in ranks))
+                 for e in range(epochs)]
     return {"per_epoch": per_epoch, "peak_rss": [rk["peak_rss"] for rk in ranks]}
 
 
@@ -270,7 +279,7 @@ def run_ray(folder: str, epochs: int, batch: int, features: int, tmp: str) -> di
     finally:
         ray.shutdown()
     got = _ranks(out)
-    got["per_epoch"] = [(r, t, None) for r, t, _c in got["per_epoch"]]  # Ray Data reads in other processes
+    got["per_epoch"] = [(r, t, None, None) for r, t, _c, _f in got["per_epoch"]]  # Ray Data reads in other processes
     got["fit_wall_s"] = round(wall, 2)
     got["ray_version"] = ray.__version__
     return got
@@ -279,16 +288,19 @@ def run_ray(folder: str, epochs: int, batch: int, features: int, tmp: str) -> di
 # ---------------------------------------------------------------------- the run
 def summary(got: dict, parquet_bytes: int) -> dict:
     per_epoch = got.pop("per_epoch")
-    rates = [round(r / s) for r, s, _c in per_epoch]
-    mbs = [round(parquet_bytes / s / 1e6, 1) for _r, s, _c in per_epoch]
+    rates = [round(r / s) for r, s, _c, _f in per_epoch]
+    mbs = [round(parquet_bytes / s / 1e6, 1) for _r, s, _c, _f in per_epoch]
     warm = rates[1:] or rates
     best = rates.index(max(warm), 1 if len(rates) > 1 else 0)
     rss = got.pop("peak_rss")
     out = {"rows_per_s_warm_best": rates[best], "parquet_MB_per_s_warm_best": mbs[best], "rows_per_s_by_epoch": rates,
            "rows_per_epoch": per_epoch[0][0], "peak_rss_MB": [round(p / 1e6) for p in rss], **got}
-    cpu = [c for _r, _s, c in per_epoch[1:] or per_epoch if c]
+    cpu = [c for _r, _s, c, _f in per_epoch[1:] or per_epoch if c]
     if cpu:  # what the load does not change much: CPU seconds the readers' processes spent per million rows
         out["cpu_s_per_million_rows_warm_best"] = round(min(cpu) / per_epoch[0][0] * 1e6, 2)
+    faults = [f for _r, _s, _c, f in per_epoch[1:] or per_epoch if f is not None]
+    if faults:  # what the load does not change: minor page faults of the readers' processes per million rows
+        out["page_faults_per_million_rows_warm"] = [round(f / per_epoch[0][0] * 1e6) for f in faults]
     return out
 
 

@@ -206,8 +206,10 @@ def by_hand(kind: str, config: dict[str, Any], workdir: str) -> float:
              for c in cmds]
     errors = [p.communicate(timeout=1200)[1] for p in procs]
     for p, err in zip(procs, errors):
-        if p.returncode != 0:
-            raise RuntimeError(f"{kind} by hand failed:\n{err[-3000:]}")
+        if p.returncode != 0:  # the traceback, not the last lines of the libraries' warnings (DeepSpeed's are long)
+            start = err.find("Traceback (most recent call last)")
+            raise RuntimeError(f"{kind} by hand failed (exit {p.returncode}):\n"
+                               f"{err[start:][:6000] if start >= 0 else err[-6000:]}")
     with open(out, encoding="utf-8") as f:
         return float(json.load(f)["steps_per_s"])
 
@@ -217,7 +219,7 @@ def in_tuneplat(kind: str, config: dict[str, Any], client: Any, storage: str) ->
     from tuneplat.train import ScalingConfig
 
     cfg = {**config, "kind": kind}
-    run = tune.RunConfig(name=f"bench-{kind}", storage_path=storage, verbose=0, mlflow=False)
+    run = tune.RunConfig(name=f"bench-{kind}-{config.get('run', 0)}", storage_path=storage, verbose=0, mlflow=False)
     scaling = ScalingConfig(num_workers=2)
     if kind == "tensorflow":
         from tuneplat.train.tensorflow import TensorflowTrainer
@@ -267,6 +269,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--global-batch", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run tuneplat's side and the hand launch this many times, interleaved; the median "
+                             "ratio is reported (on a shared machine one pair is dominated by its neighbours)")
     parser.add_argument("--rank-loop", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_loop:
@@ -280,11 +285,19 @@ def main() -> None:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-frameworks-") as work, local_client(2) as client:
         for kind in [k.strip() for k in args.frameworks.split(",") if k.strip()]:
-            ours = in_tuneplat(kind, config, client, os.path.join(work, "results"))
-            theirs = by_hand(kind, config, work)
-            results[kind] = {"tuneplat_2_ranks_steps_per_s": round(ours, 2), "by_hand_steps_per_s": round(theirs, 2),
-                             "ratio": round(ours / theirs, 3)}
-            print(json.dumps({kind: results[kind]}), file=sys.stderr, flush=True)
+            pairs = []
+            for i in range(max(args.repeat, 1)):
+                ours = in_tuneplat(kind, {**config, "run": i}, client, os.path.join(work, "results"))
+                theirs = by_hand(kind, config, work)
+                pairs.append((ours, theirs))
+                print(json.dumps({kind: {"run": i, "tuneplat": round(ours, 2), "by_hand": round(theirs, 2)}}),
+                      file=sys.stderr, flush=True)
+            ratios = sorted(o / t for o, t in pairs)
+            results[kind] = {"tuneplat_2_ranks_steps_per_s": [round(o, 2) for o, _ in pairs],
+                             "by_hand_steps_per_s": [round(t, 2) for _, t in pairs],
+                             "ratio": round(ratios[len(ratios) // 2], 3) if len(ratios) % 2 else
+                             round((ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2, 3),
+                             "ratios": [round(o / t, 3) for o, t in pairs]}
     with open("/proc/loadavg", encoding="utf-8") as f:
         load = f.read().split()[:3]
     print(json.dumps({"config": config, "loadavg": load, "results": results}, indent=2))

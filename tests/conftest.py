@@ -112,8 +112,9 @@ def _free_port_s3() -> int:
 
 
 class _MotoServer:
-    """moto's S3 server on 127.0.0.1:port, started again on the same port if it is no longer running (a test
-    elsewhere in the session that ends stray processes has been seen to take it down under load)."""
+    """moto's S3 server on 127.0.0.1:port, started again on the same port if it is no longer running (it should
+    not stop: tests/test_suite_cleanup.py ended it mid-session by calling the session-end clean-up, until that test
+    set the session's process list aside)."""
 
     def __init__(self, log_dir: Any) -> None:
         self.port = _free_port_s3()

@@ -41,7 +41,10 @@ def test_stop_kills_the_whole_group_even_when_the_leader_ignores_sigterm():
     assert p.poll() is not None and not _alive(child)
 
 
-def test_the_session_stops_and_names_what_a_test_left_running():
+def test_the_session_stops_and_names_what_a_test_left_running(monkeypatch):
+    # the session's own list is set aside: stop_leftovers() ends every process on it, and the session's S3
+    # server (started once, for the whole session) is on it; this test ran mid-session and ended it
+    monkeypatch.setattr(procs, "_STARTED", [])
     p = procs.popen([sys.executable, "-c", _STUBBORN], stdout=subprocess.PIPE, text=True)
     child = int(p.stdout.readline())
     stopped = procs.stop_leftovers()

@@ -110,9 +110,11 @@ def test_an_error_mid_sweep_ends_what_the_ranks_started_too(storage, tmp_path):
     assert not alive, f"helper processes a rank started outlived fit(): {alive}"
 
 
-def test_an_error_mid_sweep_leaves_no_worker_process_not_even_a_zombie(storage):
+def test_an_error_mid_sweep_leaves_no_worker_process_not_even_a_zombie(storage, dask_client):
     """The operator's report: a callback raising on the 5th result, two trials busy reporting; right after fit()
-    raised, every worker process of the embedded cluster is gone and reaped (none running, none defunct)."""
+    raised, every worker process of the embedded cluster is gone and reaped (none running, none defunct), and
+    another cluster's in this process (the suite's shared one) still runs: a nanny there may restart a worker an
+    earlier test ended (a hung rank's) while this test runs, and the embedded cluster must not end it."""
 
     class BoomOnFifth(tune.Callback):
         seen = 0
@@ -129,9 +131,11 @@ def test_an_error_mid_sweep_leaves_no_worker_process_not_even_a_zombie(storage):
                                                  callbacks=[BoomOnFifth()]))
     with pytest.raises(tune.TuneError, match="5th result"):
         tuner.fit()
+    dask_client.wait_for_workers(2, timeout=120)  # the other cluster is whole
+    others = set(dask_client.run(os.getpid).values())
     left = {}
     for p in psutil.Process().children(recursive=True):
-        if p.pid in before:
+        if p.pid in before or p.pid in others:
             continue
         try:
             cmd = " ".join(p.cmdline())

@@ -314,3 +314,16 @@ def test_a_trainable_class_sees_its_new_resources(storage):
     rows = grid[0].metrics_dataframe.to_dict("records")
     assert [m["training_iteration"] for m in rows] == list(range(1, STEPS + 1))
     assert [m["cpus"] for m in rows] == [1.0] + [3.0] * (STEPS - 1)
+
+
+def test_tuneplat_status_shows_a_trials_resource_changes(storage, capsys):
+    from tuneplat.cli import main
+
+    grid = _fit(storage, ResourceChangingScheduler(FIFOScheduler(), _bad_function({"CPU": 3})), [1.0, 2.0])
+    tid = next(r.metrics["trial_id"] for r in grid if r.config["x"] == 2.0)
+    capsys.readouterr()
+    assert main(["status", os.path.join(storage, "rcs"), "--trial", tid]) == 0
+    assert 'resources    from iteration 1: {"CPU": 3.0} (ResourceChangingScheduler)' in capsys.readouterr().out
+    assert main(["status", os.path.join(storage, "rcs"), "--trial", tid, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["resource_changes"] == [{"iteration": 1, "resources": {"CPU": 3.0}}]

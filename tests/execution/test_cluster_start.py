@@ -185,3 +185,34 @@ def test_trials_go_on_with_the_workers_that_started(monkeypatch, tmp_path):
                  tune_config=TuneConfig(metric="loss", mode="min"),
                  run_config=RunConfig(storage_path=str(tmp_path), mlflow=False, verbose=0)).fit()
     assert not grid.errors and len(grid) == 3
+
+
+def test_closing_the_embedded_cluster_ends_its_own_workers_and_no_other_clusters(monkeypatch):
+    """Another cluster in this process (a user's ``LocalCluster``) spawns a worker while the embedded one closes
+    (as a nanny restarting a worker does): the embedded cluster's workers are gone after close(), the other's
+    worker still runs. Ending "every worker process started since the close began" ended it."""
+    import psutil
+    from distributed import Client, LocalCluster
+
+    from tuneplat.execution._cluster import Cluster
+
+    monkeypatch.setenv("TUNEPLAT_NUM_CPUS", "1")
+    cluster = Cluster()
+    ours = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
+    assert ours, "the embedded cluster started no worker process"
+    other: list = []
+    real_close = cluster._close
+
+    def close_while_another_cluster_starts() -> None:
+        real_close()
+        other.append(LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None))
+
+    monkeypatch.setattr(cluster, "_close", close_while_another_cluster_starts)
+    cluster.close()
+    try:
+        assert not [p.pid for p in ours if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        with Client(other[0]) as client:
+            assert len(client.run(os.getpid)) == 1  # its worker answers: it was not ended
+    finally:
+        other[0].close()

@@ -142,9 +142,13 @@ def _api_section() -> str:
     return parts[1].split("\n## ", 1)[0]
 
 
-@pytest.mark.parametrize("namespace", ["ray.train", "ray.train.torch"])
+@pytest.mark.parametrize("namespace", ["ray.train", "ray.train.torch", "ray.train.tensorflow", "ray.train.v2.jax",
+                                       "ray.train.lightning"])
 def test_every_ray_train_v2_name_has_a_status_in_the_porting_page(namespace):
     """Each public name of the installed Ray's namespace is in the table, and exists here unless marked not ported."""
+    needs = next((lib for prefix, lib in _FRAMEWORK.items() if namespace.startswith(prefix)), None)
+    if needs is not None:
+        pytest.importorskip(needs, reason=f"{needs} is not installed (its tuneplat extra)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         names = list(importlib.import_module(namespace).__all__)
@@ -156,3 +160,18 @@ def test_every_ray_train_v2_name_has_a_status_in_the_porting_page(namespace):
     assert not missing, f"{namespace} names without a status in docs/porting-from-ray.md: {missing}"
     absent = [n for n in names if not hasattr(ours, n) and "not ported" not in row_of[n]]
     assert not absent, f"{namespace} names the page calls supported but tuneplat lacks: {absent}"
+
+
+def test_tensorflow_checkpoint_methods_match_rays():
+    """``TensorflowCheckpoint``'s constructors and ``get_model`` (Ray's class takes ``*args`` in ``__init__``)."""
+    pytest.importorskip("tensorflow", reason="tensorflow is not installed (its tuneplat extra)")
+    from ray.train.tensorflow import TensorflowCheckpoint as Theirs
+
+    from tuneplat.train.tensorflow import TensorflowCheckpoint as Ours
+
+    public = sorted(m for m in vars(Theirs) if not m.startswith("_") and callable(getattr(Theirs, m)))
+    assert public == ["from_h5", "from_model", "from_saved_model", "get_model"], public
+    for name in public:
+        theirs, ours = inspect.signature(getattr(Theirs, name)), inspect.signature(getattr(Ours, name))
+        assert [(p.name, p.kind, repr(p.default)) for p in theirs.parameters.values()] == [
+            (p.name, p.kind, repr(p.default)) for p in ours.parameters.values()], name

@@ -135,16 +135,17 @@ def psum_then_park(config: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------ for the crash-retry test
-def psum_steps_rank1_fails_once(config: dict[str, Any]) -> None:
-    """``psum`` steps; in the first attempt rank 1 raises at step 2 while rank 0 is inside that step's ``psum``."""
+def psum_steps_one_rank_fails_once(config: dict[str, Any]) -> None:
+    """``psum`` steps; in the first attempt rank ``fail_rank`` raises at step 2 while the other is inside that
+    step's ``psum``."""
     import jax
     import jax.numpy as jnp
 
     rank = jax.process_index()
     psum = jax.pmap(lambda v: jax.lax.psum(v, "ranks"), axis_name="ranks")
     for step in range(config["steps"]):
-        if step == 2 and rank == 1 and not os.path.exists(config["marker"]):
+        if step == 2 and rank == config["fail_rank"] and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()
-            raise RuntimeError("rank 1 fails at step 2")
+            raise RuntimeError(f"rank {rank} fails at step 2")
         total = psum(jnp.ones(jax.local_device_count()))
         train.report({"step": step, "psum": float(total[0])})

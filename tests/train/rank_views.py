@@ -62,8 +62,8 @@ def look_at_parked_ranks(fit: Callable[[], Any], exp: str, world: int,
         while time.monotonic() < deadline:  # the rows follow the ranks' heartbeats (every few s) and workers.json
             status = _cli("status", exp, "--workers", "--json")  # is rewritten every 2 s: wait for the parked state
             rows = json.loads(status[1])["running"] if status[0] == 0 else {}
-            states = [r.get("state") for v in rows.values() for r in v]
-            if states == ["training"] * world:
+            states = [(r.get("state"), bool(r.get("system"))) for v in rows.values() for r in v]
+            if states == [("training", True)] * world:  # (system metrics: sampled every few s in each rank)
                 break
             time.sleep(0.2)
         stacks = _cli("stacks", exp)
@@ -82,8 +82,8 @@ def look_at_parked_ranks(fit: Callable[[], Any], exp: str, world: int,
 
 def check_rank_views(status: tuple[int, str], stacks: tuple[int, str], pids: dict[int, int], parked_fn: str,
                      loops_file: str, marker: str) -> None:
-    """Every rank is a row of ``status --workers`` (its own process, training) and is named in ``stacks`` at the
-    line where it parks."""
+    """Every rank is a row of ``status --workers`` (its own process, training, with its system metrics) and is
+    named in ``stacks`` at the line where it parks."""
     code, text = status
     assert code == 0, text
     (trial_id, rows), = json.loads(text)["running"].items()
@@ -91,6 +91,8 @@ def check_rank_views(status: tuple[int, str], stacks: tuple[int, str], pids: dic
     for r in rows:
         assert r["pid"] == pids[r["rank"]], (r, "the row is not the rank's process")
         assert r["state"] == "training", r
+        system = r["system"]  # the rank's own process sampled: CPU % and resident memory
+        assert system["process_memory_rss_megabytes"] > 0 and system["cpu_utilization_percentage"] >= 0, r
     code, text = stacks
     assert code == 0, text
     with open(loops_file, encoding="utf-8") as f:

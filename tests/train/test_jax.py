@@ -90,7 +90,8 @@ def test_status_workers_and_stacks_show_the_jax_ranks(dask_client, storage):
 
 
 @pytest.mark.slow  # its own cluster: JAX ends both worker processes, their nannies restart them
-def test_a_rank_failing_while_its_peer_is_in_a_collective_retries(tmp_path, monkeypatch):
+@pytest.mark.parametrize("fail_rank", [0, 1])  # 0 runs JAX's coordination service, 1 is a plain member
+def test_a_rank_failing_while_its_peer_is_in_a_collective_retries(tmp_path, monkeypatch, fail_rank):
     import json
 
     from cluster_fixtures import local_client
@@ -101,8 +102,9 @@ def test_a_rank_failing_while_its_peer_is_in_a_collective_retries(tmp_path, monk
     monkeypatch.setenv("TUNEPLAT_START_TIMEOUT_S", "600")
     storage = str(tmp_path / "results")
     with local_client(2) as client:
-        result = JaxTrainer(jax_loops.psum_steps_rank1_fails_once,
-                            train_loop_config={"steps": 4, "marker": str(tmp_path / "failed-once")},
+        result = JaxTrainer(jax_loops.psum_steps_one_rank_fails_once,
+                            train_loop_config={"steps": 4, "marker": str(tmp_path / "failed-once"),
+                                               "fail_rank": fail_rank},
                             scaling_config=ScalingConfig(num_workers=2),
                             run_config=_rc(storage, "jaxcrash", failure_config=tune.FailureConfig(max_failures=1)),
                             client=client).fit()

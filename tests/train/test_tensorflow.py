@@ -52,17 +52,23 @@ def test_two_ranks_equal_tf_config_by_hand_and_checkpoint_restores(dask_client, 
     np.testing.assert_allclose(resumed.metrics_dataframe["loss"].tolist(), ours[2:], rtol=1e-5)
 
 
-def test_dataset_shard_to_tf_feeds_keras_on_each_rank(dask_client, storage):
+@pytest.mark.parametrize("prepare", [True, False])
+def test_dataset_shard_to_tf_feeds_keras_on_each_rank(dask_client, storage, prepare):
     import pandas as pd
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=256).astype("float32")
     df = pd.DataFrame({"x": x, "y": (2 * x + 1).astype("float32")})
-    result = TensorflowTrainer(tf_loops.keras_on_shard, train_loop_config={"epochs": 3}, datasets={"train": df},
-                               scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "tf_data"),
-                               client=dask_client).fit()
+    result = TensorflowTrainer(tf_loops.keras_on_shard, train_loop_config={"epochs": 3, "prepare": prepare},
+                               datasets={"train": df}, scaling_config=ScalingConfig(num_workers=2),
+                               run_config=_rc(storage, "tf_data"), client=dask_client).fit()
     losses = result.metrics_dataframe["loss"].tolist()
     assert result.metrics["rows"] == 128  # rank 0's shard: half of the rows, every one once per pass
+    # Keras trains on every row of the shard, with or without prepare_dataset_shard (to_tf's dataset has
+    # TensorFlow's auto-sharding off, as Ray's): MultiWorkerMirroredStrategy takes a batch of 16 as the global
+    # batch and splits it over the 2 replicas, so a rank's 128 rows are 16 steps of 8 rows an epoch (with
+    # auto-sharding on, each rank would also keep only every 2nd element of its own shard: 8 steps)
+    assert result.metrics_dataframe["batches"].tolist() == [16, 16, 16]
     assert len(losses) == 3 and losses[-1] < losses[0]
 
 
@@ -108,6 +114,36 @@ def test_keras_callback_checks_its_events_like_ray():
     assert cb._reported({"accuracy": 0.5, "loss": 1.0}) == {"acc": 0.5}
     with pytest.raises(KeyError, match="Keras did not log"):
         cb._reported({"loss": 1.0})
+
+
+def test_tensorflow_checkpoint_from_h5_and_saved_model_folder(tmp_path):
+    import shutil
+
+    import tensorflow as tf
+
+    from tuneplat.train.tensorflow import TensorflowCheckpoint
+
+    model = tf.keras.Sequential([tf.keras.Input(shape=(3,)), tf.keras.layers.Dense(2)])
+    model.save(tmp_path / "m.h5")
+    ckpt = TensorflowCheckpoint.from_h5(str(tmp_path / "m.h5"))
+    try:
+        assert "m.h5" in os.listdir(ckpt.path) and ckpt.get_metadata()[TensorflowCheckpoint.MODEL_FILENAME_KEY] == "m.h5"
+        for a, b in zip(ckpt.get_model().get_weights(), model.get_weights()):  # the same weights back
+            np.testing.assert_array_equal(a, b)
+    finally:
+        shutil.rmtree(ckpt.path)
+    with pytest.raises(ValueError, match="existing .h5 file"):
+        TensorflowCheckpoint.from_h5(str(tmp_path / "missing.h5"))
+    with pytest.raises(ValueError, match="existing SavedModel folder"):
+        TensorflowCheckpoint.from_saved_model(str(tmp_path / "missing"))
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "saved_model.pb").write_bytes(b"x")
+    ckpt = TensorflowCheckpoint.from_saved_model(str(tmp_path / "saved"))
+    try:  # a copy of the whole folder; the model file name is "." (the folder), as in Ray
+        assert "saved_model.pb" in os.listdir(ckpt.path)
+        assert ckpt.get_metadata()[TensorflowCheckpoint.MODEL_FILENAME_KEY] == "."
+    finally:
+        shutil.rmtree(os.path.dirname(ckpt.path))
 
 
 def test_status_workers_and_stacks_show_the_tensorflow_ranks(dask_client, storage):

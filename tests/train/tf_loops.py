@@ -85,7 +85,8 @@ def keras3_trial(config: dict[str, Any]) -> None:
 
 
 def keras_on_shard(config: dict[str, Any]) -> None:
-    """Ray's data path: ``get_dataset_shard("train").to_tf(...)`` + ``prepare_dataset_shard``, then Keras ``fit``."""
+    """Ray's data path: ``get_dataset_shard("train").to_tf(...)`` (+ ``prepare_dataset_shard`` unless
+    ``config["prepare"]`` is False, as Ray's regression example does), then Keras ``fit``."""
     import tensorflow as tf
 
     from tuneplat.train.tensorflow import prepare_dataset_shard
@@ -93,7 +94,9 @@ def keras_on_shard(config: dict[str, Any]) -> None:
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     shard = train.get_dataset_shard("train")
-    ds = prepare_dataset_shard(shard.to_tf("x", "y", batch_size=16).map(lambda x, y: (tf.reshape(x, (-1, 1)), y)))
+    ds = shard.to_tf("x", "y", batch_size=16).map(lambda x, y: (tf.reshape(x, (-1, 1)), y))
+    if config.get("prepare", True):
+        ds = prepare_dataset_shard(ds)
     rows = sum(int(x.shape[0]) for x, _ in ds)  # one pass: one epoch of this rank's shard
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
@@ -104,9 +107,18 @@ def keras_on_shard(config: dict[str, Any]) -> None:
 
 def _rows_in_logs(tf: Any, rows: int) -> Any:
     class Rows(tf.keras.callbacks.Callback):
+        """Puts the shard's rows and the batches Keras trained on this epoch into the logs (reported)."""
+
+        def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+            self.batches = 0
+
+        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+            self.batches += 1
+
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
             if logs is not None:
                 logs["rows"] = rows
+                logs["batches"] = self.batches
 
     return Rows()
 

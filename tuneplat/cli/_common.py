@@ -299,6 +299,7 @@ def _load_grid(experiment_dir: str) -> tuple[Any, dict[str, Any]]:
         status_words(ended, Counter(t.status.value for t in trials), len(trials)) if ended else "crashed (resumable)")
     meta["path"] = url or path
     meta["world_size"] = {t.trial_id: t.world_size for t in trials}
+    meta["resource_changes"] = {t.trial_id: list(t.resource_changes) for t in trials if t.resource_changes}
     return ResultGrid.from_trials(trials, meta.get("metric"), meta.get("mode"), path, fs, url), meta
 
 

@@ -138,6 +138,7 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
                     f"{', …' if len(grid) > 8 else ''})")
     r = found[0]
     resizes = (meta.get("resizes") or {}).get(r.trial_id, [])
+    changes = (meta.get("resource_changes") or {}).get(r.trial_id, [])
     if as_json:
         info = _trial_json(r)
         info["error"] = str(r.error) if r.error else None
@@ -145,6 +146,8 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
         if _elastic(meta):
             info["world_size"] = (meta.get("world_size") or {}).get(r.trial_id)
             info["resizes"] = resizes
+        if changes:  # (ResourceChangingScheduler)
+            info["resource_changes"] = [{"iteration": it, "resources": req} for it, req in changes]
         _out(json.dumps(info, indent=2))
         return EXIT_OK
     _out(f"trial        {r.trial_id} ({r.status}) of {meta.get('name') or meta['path']}")
@@ -164,6 +167,8 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
              f"(elastic, {meta['scaling']['min_workers']}..{meta['scaling'].get('num_workers')})")
     for ev in resizes:
         _out(f"resize       at iteration {ev.get('iteration')}: {ev.get('message')}")
+    for it, req in changes:
+        _out(f"resources    from iteration {it}: {json.dumps(req, sort_keys=True)} (ResourceChangingScheduler)")
     if r.error:
         _out("error:")
         _out(str(r.error))

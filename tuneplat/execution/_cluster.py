@@ -16,13 +16,7 @@ from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
 from ._channel import TunerUnreachable
 from ._errors import PlacementError
-from ._local_procs import (
-    child_pids,
-    end_processes,
-    local_gpu_count,
-    quiet_distributed,
-    worker_processes_started_since,
-)
+from ._local_procs import end_processes, local_gpu_count, quiet_distributed, spawned_workers, tracked_nanny_class
 from ._placement import Assignment, Ledger, Slot
 from ._runner import channel_client_context, connect_timeout_s
 from ._security import local_tls, make_security, temporary_security
@@ -184,6 +178,7 @@ class Cluster:
                 # starts as soon as one worker can run it, the others join as they come up
                 self.local_cluster = LocalCluster(
                     n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    worker_class=tracked_nanny_class(),
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
                     security=security, preload=preload, env=worker_env,
                     # (what LocalCluster(n_workers=n) gives each worker: the machine's memory split n ways)
@@ -484,18 +479,16 @@ class Cluster:
                        hosts, address[0], address[1], example)
 
     def close(self) -> None:
-        # the children before the snapshot of the workers: a worker a nanny (re)starts between the two is either in
-        # the snapshot or counted as new below, never in neither
-        before = child_pids() if self.local_cluster is not None else set()
         procs = self._embedded_processes()
+        address = self.local_cluster.scheduler_address if self.local_cluster is not None else None
         try:
             self._close()
         finally:
-            # and worker processes a nanny started while the cluster closed (it restarts a worker that exits under
-            # it): not in the snapshot above, they would outlive fit(); a second look catches one started while the
-            # first ones were being ended
-            end_processes(procs + worker_processes_started_since(before))
-            end_processes(worker_processes_started_since(before))
+            # and every worker process its nannies spawned (one restarted while the cluster closed is not in the
+            # snapshot above): they would outlive fit(). Only this cluster's: another cluster in this process (a
+            # user's LocalCluster) keeps its workers, restarted ones too.
+            if address is not None:
+                end_processes(procs + spawned_workers(address))
 
     def _embedded_processes(self) -> list[Any]:
         """The embedded cluster's worker processes and everything they started (DataLoader workers, ...)."""

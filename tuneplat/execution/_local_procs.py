@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["child_pids", "end_processes", "local_gpu_count", "quiet_distributed", "worker_processes_started_since"]
+__all__ = ["end_processes", "local_gpu_count", "quiet_distributed", "spawned_workers", "tracked_nanny_class"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -30,33 +30,47 @@ def local_gpu_count() -> int:
 
 
 
-def child_pids() -> set[int]:
-    import psutil
-
-    try:
-        return {p.pid for p in psutil.Process().children()}
-    except psutil.Error:
-        return set()
+#: worker processes each embedded cluster's nannies spawned (restarts included), by the cluster's scheduler address
+_SPAWNED: dict[str, list[Any]] = {}
 
 
-def worker_processes_started_since(before: set[int]) -> list[Any]:
-    """Dask worker processes (a nanny's ``multiprocessing`` spawn) this process started since ``before``, with
-    whatever they started."""
-    if not before:
-        return []
+def tracked_nanny_class() -> type:
+    """A Dask ``Nanny`` that records every worker process it spawns in :data:`_SPAWNED`, under its scheduler's
+    address: the embedded cluster ends exactly its own workers at close, never another cluster's in this process
+    (a user's ``LocalCluster``, or one whose nanny restarts a worker while ours closes)."""
+    global _NANNY
+    if _NANNY is None:
+        import psutil
+        from distributed import Nanny
+
+        class TrackedNanny(Nanny):  # type: ignore[misc]
+            async def instantiate(self) -> Any:
+                try:
+                    return await super().instantiate()
+                finally:  # (also when the start was cancelled: the process may exist by then)
+                    pid = getattr(getattr(self.process, "process", None), "pid", None)
+                    if pid:
+                        try:
+                            _SPAWNED.setdefault(str(self.scheduler_addr), []).append(psutil.Process(pid))
+                        except psutil.Error:
+                            pass
+
+        _NANNY = TrackedNanny
+    return _NANNY
+
+
+_NANNY: type | None = None
+
+
+def spawned_workers(scheduler_address: str | None) -> list[Any]:
+    """The worker processes the embedded cluster at ``scheduler_address`` spawned that still run, with whatever
+    they started; forgets the address (psutil's create time guards against a reused pid)."""
     import psutil
 
     out: list[Any] = []
-    try:
-        children = psutil.Process().children()
-    except psutil.Error:
-        return out
-    for p in children:
-        if p.pid in before:
-            continue
+    for p in _SPAWNED.pop(str(scheduler_address), []):
         try:
-            cmd = " ".join(p.cmdline())
-            if "multiprocessing.spawn" in cmd and "--multiprocessing-fork" in cmd:
+            if p.is_running():
                 out += [p, *p.children(recursive=True)]
         except psutil.Error:
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -34,6 +35,40 @@ class TensorflowCheckpoint(Checkpoint):
         ckpt = cls(folder)
         ckpt.update_metadata({cls.MODEL_FILENAME_KEY: MODEL_FILENAME})
         return ckpt
+
+    @classmethod
+    def from_h5(cls, file_path: str, *, preprocessor: Any = None) -> TensorflowCheckpoint:
+        """A checkpoint holding a copy of the Keras model file ``file_path`` (``model.save("x.h5")``)."""
+        if not os.path.isfile(file_path) or not file_path.endswith(".h5"):
+            raise ValueError(f"TensorflowCheckpoint.from_h5({file_path!r}): give the path of an existing .h5 file "
+                             "(what model.save('model.h5') wrote)")
+        cls._no_preprocessor(preprocessor, "from_h5")
+        folder = tempfile.mkdtemp(prefix="tuneplat-keras-")
+        name = os.path.basename(file_path)
+        shutil.copy(file_path, os.path.join(folder, name))
+        ckpt = cls(folder)
+        ckpt.update_metadata({cls.MODEL_FILENAME_KEY: name})
+        return ckpt
+
+    @classmethod
+    def from_saved_model(cls, dir_path: str, *, preprocessor: Any = None) -> TensorflowCheckpoint:
+        """A checkpoint holding a copy of the SavedModel folder ``dir_path`` (Keras 2's ``model.save(dir)``;
+        Keras 3 loads SavedModels only for inference, with ``keras.layers.TFSMLayer``)."""
+        if not os.path.isdir(dir_path):
+            raise ValueError(f"TensorflowCheckpoint.from_saved_model({dir_path!r}): give an existing SavedModel "
+                             "folder (what Keras 2's model.save(folder) wrote)")
+        cls._no_preprocessor(preprocessor, "from_saved_model")
+        folder = os.path.join(tempfile.mkdtemp(prefix="tuneplat-keras-"), "model")
+        shutil.copytree(dir_path, folder)
+        ckpt = cls(folder)
+        ckpt.update_metadata({cls.MODEL_FILENAME_KEY: "."})  # the whole folder is the model, as in Ray
+        return ckpt
+
+    @staticmethod
+    def _no_preprocessor(preprocessor: Any, where: str) -> None:
+        if preprocessor is not None:
+            raise NotImplementedError(f"TensorflowCheckpoint.{where}(preprocessor=...) is not ported (Ray "
+                                      "deprecated preprocessors): save it next to the model yourself.")
 
     def get_model(self) -> Any:
         """The Keras model stored in this checkpoint (loaded with the Keras that ``tf.keras`` is here)."""
