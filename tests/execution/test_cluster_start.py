@@ -198,7 +198,7 @@ def test_closing_the_embedded_cluster_ends_its_own_workers_and_no_other_clusters
 
     monkeypatch.setenv("TUNEPLAT_NUM_CPUS", "1")
     cluster = Cluster()
-    ours = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
+    ours = cluster._embedded_processes()  # (its nannies' worker processes)
     assert ours, "the embedded cluster started no worker process"
     other: list = []
     real_close = cluster._close
