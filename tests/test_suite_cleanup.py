@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import procs
 from procs import kept_note
@@ -33,12 +34,23 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """The process ``pid`` (not our child: the leader's) has ended. SIGKILL is delivered asynchronously: polling
+    another process's state, there is nothing to block on."""
+    deadline = time.monotonic() + within_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_stop_kills_the_whole_group_even_when_the_leader_ignores_sigterm():
     p = procs.popen([sys.executable, "-c", _STUBBORN], stdout=subprocess.PIPE, text=True)
     child = int(p.stdout.readline())  # the child is up (it answered before the leader printed its pid)
     procs.stop(p, grace_s=0.5)  # before: p.wait(timeout=30) raised TimeoutExpired and left both running
     p.stdout.close()
-    assert p.poll() is not None and not _alive(child)
+    assert p.poll() is not None and _gone(child)
 
 
 def test_the_session_stops_and_names_what_a_test_left_running(monkeypatch):
@@ -50,7 +62,7 @@ def test_the_session_stops_and_names_what_a_test_left_running(monkeypatch):
     stopped = procs.stop_leftovers()
     p.stdout.close()
     assert any(f"pid {p.pid}:" in line for line in stopped)
-    assert p.poll() is not None and not _alive(child)
+    assert p.poll() is not None and _gone(child)
 
 
 def test_a_kept_temporary_folder_is_named_with_its_size(tmp_path):
