@@ -344,3 +344,24 @@ def test_on_trainer_factories_ours_give_rays_bundles_and_read_back_as_rays_train
             shrunk += len(ours.bundles) < len(live[i]) - 1
     assert compared >= 10 and shrunk >= 1  # (the states above hold more ranks than their clusters: some shrink)
     assert compared - refused >= 5
+
+
+@pytest.mark.parametrize("framework", ["xgboost", "lightgbm"])
+def test_boosting_trainers_are_trainers_too(storage, framework):
+    # any Train trainer's trial has one bundle per rank, not only TorchTrainer's (the tuner marks trainers)
+    pytest.importorskip(framework, reason=f"the {framework} extra is not installed")
+    if framework == "xgboost":
+        from tuneplat.train.xgboost import XGBoostTrainer as Trainer
+    else:
+        from tuneplat.train.lightgbm import LightGBMTrainer as Trainer
+    grid = tune.Tuner(
+        Trainer(_never_called, scaling_config=tune.ScalingConfig(num_workers=1)),
+        param_space={"train_loop_config": {"x": 1.0}},
+        tune_config=tune.TuneConfig(metric="loss", mode="min",
+                                    scheduler=ResourceChangingScheduler(FIFOScheduler(), _grow_to(2))),
+        run_config=tune.RunConfig(storage_path=storage, name="rcs", mlflow=False, verbose=0),
+        executor=VirtualTimeExecutor(num_slots=4, curve=_curve(1))).fit()
+    rows = grid[0].metrics_dataframe.to_dict("records")
+    assert [m["ranks"] for m in rows] == [1, 1] + [2] * (STEPS - 2)
+    t = load_state(os.path.join(storage, "rcs")).trials[0]
+    assert t.placement_group_factory == PlacementGroupFactory([{}, {"CPU": 1}, {"CPU": 1}]) and t.world_size == 2
