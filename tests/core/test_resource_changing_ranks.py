@@ -53,16 +53,17 @@ def _trainer(ranks):
     return TorchTrainer(_never_called, scaling_config=tune.ScalingConfig(num_workers=ranks))
 
 
-def _fit(storage, scheduler, xs, *, ranks=1, trainer=True, slots=4, name="rcs", callbacks=(), gpus=0):
-    use_gpu = gpus > 0
+def _fit(storage, scheduler, xs, *, ranks=1, trainer=True, slots=4, name="rcs", callbacks=(), gpus=0,
+         strategy="PACK"):
+    scaling = tune.ScalingConfig(num_workers=ranks, use_gpu=gpus > 0, placement_strategy=strategy)
     if trainer:
         from tuneplat.train.torch import TorchTrainer
 
-        trainable = TorchTrainer(_never_called, scaling_config=tune.ScalingConfig(num_workers=ranks, use_gpu=use_gpu))
+        trainable = TorchTrainer(_never_called, scaling_config=scaling)
         extra = {}
     else:
         trainable = _never_called
-        extra = {"scaling_config": tune.ScalingConfig(num_workers=ranks, use_gpu=use_gpu)}
+        extra = {"scaling_config": scaling}
     return tune.Tuner(
         trainable, param_space={"train_loop_config": {"x": tune.grid_search(xs)}} if trainer
         else {"x": tune.grid_search(xs)},
@@ -124,18 +125,22 @@ class WithRayBeside:
         self.ray_pgf = RayPGF
         self.calls: list[dict] = []
 
+    def _as_ray(self, pgf):
+        return self.ray_pgf(_spelt(pgf), strategy=pgf.strategy)
+
     def __call__(self, tune_controller, trial, result, scheduler):
         ours = self.ours(tune_controller, trial, result, scheduler)
-        live = [_FakeTrial(t.trial_id, self.ray_pgf(_spelt(t.placement_group_factory)), dict(t.last_result))
+        live = [_FakeTrial(t.trial_id, self._as_ray(t.placement_group_factory), dict(t.last_result))
                 for t in tune_controller.get_live_trials()]
         me = next(t for t in live if t.trial_id == trial.trial_id)
         updater = tune_controller._resource_updater
         theirs = self.ray(_Controller(live, updater.get_num_cpus(), updater.get_num_gpus()), me, dict(result),
-                          _Sched(self.ray_pgf(_spelt(scheduler.base_trial_resources))))
+                          _Sched(self._as_ray(scheduler.base_trial_resources)))
         self.calls.append({"trial_id": trial.trial_id, "iteration": result["training_iteration"],
                            "had": _spelt(trial.placement_group_factory),
                            "ours": None if ours is None else _spelt(ours),
-                           "ray": None if theirs is None else _spelt(theirs), "ray_pgf": theirs})
+                           "ray": None if theirs is None else _spelt(theirs), "ray_pgf": theirs,
+                           "strategies": (getattr(ours, "strategy", None), getattr(theirs, "strategy", None))})
         return ours
 
 
@@ -167,7 +172,7 @@ def test_ranks_are_given_as_rays_functions_give_bundles_and_its_trainers_read_th
     assert grid.num_errors == 0, [str(r.error) for r in grid if r.error]
     assert fn.calls
     for call in fn.calls:  # the same state in, the same bundles out
-        assert call["ours"] == call["ray"], call
+        assert call["ours"] == call["ray"] and call["strategies"][0] == call["strategies"][1], call
     events = _journal(storage)
     changes = [e for e in events if e["event"] == "trial_resources"]
     changed = {(c["trial_id"], c["iteration"]): c for c in fn.calls if c["ours"] is not None and c["ours"] != c["had"]}
@@ -197,6 +202,18 @@ def test_ranks_are_given_as_rays_functions_give_bundles_and_its_trainers_read_th
                 given[e["iteration"]] = (e["num_workers"], e["request"].get("CPU", 0.0))
         for m in rows:
             assert (m["ranks"], m["cpus"]) == given[m["started_at"]], (m, given)
+
+
+def test_a_trainers_placement_strategy_is_its_factorys_as_in_ray(storage):
+    ray_rcs = pytest.importorskip("ray.tune.schedulers.resource_changing_scheduler",
+                                  reason="Ray is the reference; install the bench extra (CI does)")
+    fn = WithRayBeside(ray_rcs, False, add_bundles=True)
+    _fit(storage, ResourceChangingScheduler(FIFOScheduler(), fn), [1.0], ranks=1, slots=3, strategy="SPREAD")
+    assert fn.calls and all(c["strategies"][0] == c["strategies"][1] for c in fn.calls)
+    changes = [e for e in _journal(storage) if e["event"] == "trial_resources"]
+    assert [e["strategy"] for e in changes] == ["SPREAD"]  # (Ray's functions keep the base factory's strategy)
+    t = load_state(os.path.join(storage, "rcs")).trials[0]
+    assert t.placement_group_factory == PlacementGroupFactory([{}] + [{"CPU": 1}] * 3, "SPREAD")
 
 
 def test_a_function_trainable_of_one_rank_still_holds_the_sum_in_one_process(storage):

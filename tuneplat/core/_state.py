@@ -225,6 +225,8 @@ def _trial_add(state: ExperimentState, _t: Any, e: ev.TrialAdd) -> None:
     scaling = scaling if isinstance(scaling, dict) else {}
     trial.configured_ranks = _ranks(scaling) or 1
     trial.bundle_per_rank = bool(scaling.get("trainer")) or trial.configured_ranks > 1
+    if scaling.get("placement_strategy") in ("SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+        trial.placement_strategy = str(scaling["placement_strategy"])
     if e.trial_id in state.by_id:  # (a journal that adds a trial twice: the later one counts)
         state.trials[:] = [t for t in state.trials if t.trial_id != e.trial_id]
     trial.seal()

@@ -113,6 +113,8 @@ class Trial:
     #: per worker): a Train trainer's trial or a trial of several ranks; else (a function trainable of one rank, as
     #: in Ray) its one process holds the bundles' sum
     bundle_per_rank: bool = False
+    #: the ScalingConfig's placement_strategy (the strategy of its PlacementGroupFactory, as Ray's trainers have it)
+    placement_strategy: str = "PACK"
 
     def __str__(self) -> str:
         return self.name
@@ -177,7 +179,8 @@ class Trial:
         if not any(base.values()):
             base = {"CPU": 1.0}
         if self.bundle_per_rank:
-            return PlacementGroupFactory([{}] + [base] * (self.world_size or self.configured_ranks))
+            return PlacementGroupFactory([{}] + [base] * (self.world_size or self.configured_ranks),
+                                         self.placement_strategy)
         return PlacementGroupFactory([base])
 
     @property

@@ -541,7 +541,7 @@ def _configured(trial: Trial) -> PlacementGroupFactory:
     base = {k: v for k, v in (trial.base_resources or {"CPU": 1.0}).items() if not k.startswith("GPU_")}
     base = base if any(base.values()) else {"CPU": 1.0}
     if trial.bundle_per_rank:
-        return PlacementGroupFactory([{}] + [base] * trial.configured_ranks)
+        return PlacementGroupFactory([{}] + [base] * trial.configured_ranks, trial.placement_strategy)
     return PlacementGroupFactory([base])
 
 
