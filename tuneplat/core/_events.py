@@ -290,8 +290,10 @@ class Resize(TrialEvent):
 class TrialResources(TrialEvent):
     """A resource-changing scheduler gave the paused trial new resources: its next attempt runs with ``bundles``.
 
-    ``request`` is what its one rank asks for (the bundles' sum), ``previous`` what it asked before;
-    ``reason`` names the scheduler and its allocation function.
+    ``bundles`` are Ray's (a leading ``{}``: the empty head bundle of a trainer's factory). ``request`` is
+    what each rank asks for (a trial of one bundle per rank: one bundle; else its one rank holds the bundles'
+    sum), ``previous`` what it asked before; ``num_workers``/``previous_num_workers``: its ranks now and
+    before (trials of one bundle per rank only); ``reason`` names the scheduler and its allocation function.
     """
 
     kind: ClassVar[str] = "trial_resources"
@@ -301,6 +303,8 @@ class TrialResources(TrialEvent):
     previous: dict[str, Any] | None = None
     iteration: int | None = None
     reason: str | None = None
+    num_workers: int | None = _when_set()
+    previous_num_workers: int | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -122,7 +122,10 @@ class TuneLoop(_Launching, _Endings, _LoopState):
                 resume=self.resume, resume_errored=self.reopen.get("resume_errored") or None,
                 restart_errored=self.reopen.get("restart_errored") or None,
                 scaling={"num_workers": self.world_size, "resources_per_worker": to_jsonable(self.request),
-                         **({"min_workers": self.min_world_size} if self.min_world_size is not None else {})}))
+                         **({"min_workers": self.min_world_size} if self.min_world_size is not None else {}),
+                         **({"trainer": True} if self.trainer else {}),
+                         **({"placement_strategy": self.sc.placement_strategy}
+                            if self.sc.placement_strategy != "PACK" else {})}))
             self.hooks.experiment_start()
             if threading.current_thread() is threading.main_thread():
                 old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)

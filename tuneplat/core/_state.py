@@ -222,6 +222,12 @@ def _trial_add(state: ExperimentState, _t: Any, e: ev.TrialAdd) -> None:
     trial = Trial(trial_id=e.trial_id, config=config, path=path, name=str(e.name or e.trial_id),
                   trainable_name=e.trainable_name or "", base_resources=_per_rank(state.meta.get("scaling")),
                   recorded_tag=e.experiment_tag)
+    scaling = state.meta.get("scaling")
+    scaling = scaling if isinstance(scaling, dict) else {}
+    trial.configured_ranks = _ranks(scaling) or 1
+    trial.bundle_per_rank = bool(scaling.get("trainer")) or trial.configured_ranks > 1
+    if scaling.get("placement_strategy") in ("SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+        trial.placement_strategy = str(scaling["placement_strategy"])
     if e.trial_id in state.by_id:  # (a journal that adds a trial twice: the later one counts)
         state.trials[:] = [t for t in state.trials if t.trial_id != e.trial_id]
     trial.seal()
@@ -239,6 +245,8 @@ def _trial_start(state: ExperimentState, t: Trial, e: ev.TrialStart) -> None:
     t.world_size = len(e.workers or ()) or t.world_size
     if e.resources and t.resources is None:  # its own resources (with_resources(fn), a ScalingConfig with domains)
         t.base_resources = _per_rank(e.resources) or t.base_resources
+        t.configured_ranks = _ranks(e.resources) or t.configured_ranks
+        t.bundle_per_rank = t.bundle_per_rank or t.configured_ranks > 1
     if not t.world_sizes and t.world_size:
         t.world_sizes.append((int(e.start_iteration or 0), t.world_size))
     state.running_since[t.trial_id] = e.time
@@ -255,7 +263,13 @@ def _resize(state: ExperimentState, t: Trial, e: ev.Resize) -> None:
 
 def _trial_resources(state: ExperimentState, t: Trial, e: ev.TrialResources) -> None:
     t.resources = {"bundles": [dict(b) for b in e.bundles], "strategy": e.strategy or "PACK"}
-    t.resource_changes.append((int(e.iteration or 0), dict(e.request or {})))
+    t.resource_changes.append((int(e.iteration or 0), dict(e.request or {}), e.num_workers))
+
+
+def _ranks(scaling: Any) -> int | None:
+    """The ranks of a journaled ``scaling``/``resources`` object (``num_workers``), or None."""
+    n = scaling.get("num_workers") if isinstance(scaling, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 
 def _per_rank(scaling: Any) -> dict[str, float] | None:
