@@ -21,6 +21,7 @@ from typing import Any
 
 from schedulers import ActionPlan, Decision, Launch, Resume, Stop, TrialPhase, TrialScheduler, plan_action
 
+from ..search._tags import perturbed_tag
 from ..storage._storage import CheckpointStore, checkpoint_name
 from . import _events as ev
 from ._journal import pickle_hex, to_jsonable
@@ -183,10 +184,14 @@ class SchedulerActions:
                 logger.warning("tuneplat: trial %s exploits trial %s, which has no checkpoint; it restarts with the "
                                "new config from its own latest checkpoint (report checkpoints for PBT to clone)",
                                trial.trial_id, action.from_trial)
+        # Ray's tag after an exploit: the tag at creation, then the mutated keys' new values
+        mutated = getattr(self.scheduler, "hyperparam_mutations", None) or \
+            [k for k in new if k not in old or old[k] != new[k]]
+        tag = perturbed_tag(trial.experiment_tag.split("@perturbed[", 1)[0], new, mutated)
         event = ev.Exploit(trial_id=trial.trial_id, from_trial=action.from_trial, iteration=trial.iteration,
                            from_iteration=from_iteration, old_config=to_jsonable(old),
                            new_config=to_jsonable(new), config_pickle=pickle_hex(new),
-                           info=to_jsonable(dict(action.info)), config_object=new)
+                           info=to_jsonable(dict(action.info)), experiment_tag=tag, config_object=new)
         self._record(event)
         self._on_exploit(trial, trial.lineage[-1])
 

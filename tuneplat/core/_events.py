@@ -112,6 +112,8 @@ class TrialAdd(TrialEvent):
     name: str | None = None
     config_pickle: str | None = None
     trainable_name: str | None = _when_set()
+    #: Ray's ``experiment_tag`` of the trial (``"0_lr=0.0100"``)
+    experiment_tag: str | None = _when_set()
     #: the exact config objects (live only; a replay unpickles ``config_pickle`` when trusted, else the JSON copy)
     config_object: dict[str, Any] | None = _local()
 
@@ -267,6 +269,8 @@ class Exploit(TrialEvent):
     new_config: dict[str, Any] | None = None
     config_pickle: str | None = None
     info: dict[str, Any] | None = None
+    #: the trial's ``experiment_tag`` from now on (Ray's ``"3_lr=0.0100@perturbed[lr=0.0200]"``)
+    experiment_tag: str | None = _when_set()
     config_object: dict[str, Any] | None = _local()
 
 

@@ -417,6 +417,7 @@ class TuneLoop(_Launching, _Endings, _LoopState):
         result, iteration = event.result, event.iteration
         # Ray's checkpoint_dir_name: the folder of the checkpoint this result carried (None without one)
         result["checkpoint_dir_name"] = os.path.basename(path.rstrip("/")) if event.staged and path else None
+        result["experiment_tag"] = trial.experiment_tag  # (Ray's; computed once per trial, at its creation)
         if event.staged:
             if path is not None:
                 self.commits.record(trial, iteration, result, path)

@@ -220,7 +220,8 @@ def _trial_add(state: ExperimentState, _t: Any, e: ev.TrialAdd) -> None:
         path = os.path.join(state.experiment_dir, os.path.basename(path))
     config = e.config_object if e.config_object is not None else _config(e.config, e.config_pickle, state.trusted)
     trial = Trial(trial_id=e.trial_id, config=config, path=path, name=str(e.name or e.trial_id),
-                  trainable_name=e.trainable_name or "", base_resources=_per_rank(state.meta.get("scaling")))
+                  trainable_name=e.trainable_name or "", base_resources=_per_rank(state.meta.get("scaling")),
+                  recorded_tag=e.experiment_tag)
     scaling = state.meta.get("scaling")
     scaling = scaling if isinstance(scaling, dict) else {}
     trial.configured_ranks = _ranks(scaling) or 1
@@ -372,7 +373,10 @@ def _exploit(state: ExperimentState, t: Trial, e: ev.Exploit) -> None:
         new_config=dict(e.new_config or {})))
     t.config = e.config_object if e.config_object is not None else _config(e.new_config, e.config_pickle,
                                                                            state.trusted)
-    t.lineage.append({k: v for k, v in e.to_json().items() if k not in ("event", "config_pickle", "time")})
+    t.lineage.append({k: v for k, v in e.to_json().items()
+                      if k not in ("event", "config_pickle", "time", "experiment_tag")})
+    if e.experiment_tag is not None:
+        t.recorded_tag = e.experiment_tag
     if t.status is TrialStatus.PAUSED:  # a paused trial that exploits goes back to the queue
         _move(state, t, TrialStatus.PENDING)
         state.paused_at.pop(t.trial_id, None)

@@ -115,6 +115,8 @@ class Trial:
     bundle_per_rank: bool = False
     #: the ScalingConfig's placement_strategy (the strategy of its PlacementGroupFactory, as Ray's trainers have it)
     placement_strategy: str = "PACK"
+    #: Ray's ``experiment_tag`` as recorded when it was created (and by PBT's exploit); None in older journals
+    recorded_tag: str | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -145,15 +147,18 @@ class Trial:
 
     @property
     def experiment_tag(self) -> str:
-        """A short tag of the trial's config values, as Ray's (e.g. ``3_lr=0.0100,layers=2``)."""
-        from ..search._space import flatten_dict
+        """A short tag of the trial's index and config values, as Ray's (e.g. ``0_lr=0.0100,momentum=0.9000``):
+        see ``tuneplat/search/_tags.py`` for Ray's three forms. Every result carries it (``result["experiment_tag"]``).
+        """
+        if self.recorded_tag is not None:
+            return self.recorded_tag
+        # (a trial of a journal written before tags were recorded: every value of its config)
+        from ..search._space import iter_leaves
+        from ..search._tags import variant_tag
 
-        index = self.trial_id.rsplit("_", 1)[-1].lstrip("0") or "0"
-        parts = []
-        for k, v in flatten_dict(self.config).items():
-            text = f"{v:.4f}" if isinstance(v, float) else str(v)
-            parts.append(f"{k.rsplit('/', 1)[-1]}={text}")
-        return "_".join([index, ",".join(parts)]) if parts else index
+        index = self.trial_id.rsplit("_", 1)[-1]
+        paths = [p for p, _v in iter_leaves(self.config) if p]
+        return variant_tag(int(index) if index.isdigit() else 0, self.config, paths)
 
     @property
     def evaluated_params(self) -> dict[str, Any]:
