@@ -382,3 +382,36 @@ def test_boosting_trainers_are_trainers_too(storage, framework):
     assert [m["ranks"] for m in rows] == [1, 1] + [2] * (STEPS - 2)
     t = load_state(os.path.join(storage, "rcs")).trials[0]
     assert t.placement_group_factory == PlacementGroupFactory([{}, {"CPU": 1}, {"CPU": 1}]) and t.world_size == 2
+
+
+def test_trials_of_their_own_shapes_must_share_the_first_trials_as_in_ray(storage):
+    # with_resources(fn, resources_fn): a trial's shape is known once it started; Ray refuses trials whose base
+    # resources differ from the first trial's (here that trial fails, the others go on)
+    fn = tune.with_resources(_never_called, lambda config: tune.ScalingConfig(num_workers=int(config["n"])))
+    grid = tune.Tuner(
+        fn, param_space={"n": tune.grid_search([2, 1, 2]), "x": 1.0},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1, scheduler=ResourceChangingScheduler(
+            FIFOScheduler(), DistributeResources(add_bundles=True))),
+        run_config=tune.RunConfig(storage_path=storage, name="rcs", mlflow=False, verbose=0),
+        executor=VirtualTimeExecutor(num_slots=3, curve=_curve(1))).fit()
+    by_n = {}
+    for r in grid:
+        by_n.setdefault(r.config["n"], []).append(r)
+    assert all(r.error is None for r in by_n[2]), [str(r.error) for r in by_n[2]]
+    assert {r.metrics["ranks"] for r in by_n[2]} == {3}  # (the 3 slots: one rank more, from its checkpoint)
+    error = str(by_n[1][0].error)
+    assert "varying base resources" in error and by_n[1][0].trial_id in error
+    assert "PlacementGroupFactory([{}, {'CPU': 1.0}, {'CPU': 1.0}]" in error  # (the first trial's)
+
+
+def test_an_allocation_function_that_raises_fails_that_trial_only(storage):
+    def allocate(tune_controller, trial, result, scheduler):
+        if _x(trial.config) == 2.0:
+            raise ZeroDivisionError("a bug in the function")
+        return None
+
+    grid = _fit(storage, ResourceChangingScheduler(FIFOScheduler(), allocate), [1.0, 2.0], ranks=1, slots=4)
+    by_x = {_x(r.config): r for r in grid}
+    assert by_x[1.0].error is None and by_x[1.0].metrics["training_iteration"] == STEPS
+    error = str(by_x[2.0].error)
+    assert "raised ZeroDivisionError: a bug in the function" in error and by_x[2.0].trial_id in error

@@ -373,6 +373,7 @@ class ResourceChangingScheduler(TrialScheduler):
         self._controller: TuneControllerView | None = None
         self._pause_reasons: dict[str, str] = {}
         self._view: TunerView | None = None
+        self._base_settled = False  # the first trial's base was read after it started (its own shape known)
 
     # -- what the tuner reads of the base scheduler
     @property
@@ -464,6 +465,7 @@ class ResourceChangingScheduler(TrialScheduler):
         trial = self._view.by_id.get(trial_id)
         if trial is None:
             return decision
+        self._check_base(trial)
         new = self.reallocate_trial_resources_if_needed(self._controller, trial, dict(result))
         if new is None:
             return decision
@@ -513,7 +515,12 @@ class ResourceChangingScheduler(TrialScheduler):
                     setattr(fn, attr, value)
                 except AttributeError:  # (a builtin or a frozen object: it does without)
                     pass
-        new = fn(tune_controller, trial, result, self)
+        try:
+            new = fn(tune_controller, trial, result, self)
+        except Exception as exc:  # noqa: BLE001 - the function's failure fails this trial, not the experiment
+            raise TypeError(f"ResourceChangingScheduler: resources_allocation_function "
+                            f"{getattr(fn, '__qualname__', type(fn).__name__)!r} raised {type(exc).__name__}: {exc} "
+                            f"for trial {trial.trial_id} (which has {trial.placement_group_factory})") from exc
         if new is None:
             return None
         if isinstance(new, Mapping) and not isinstance(new, PlacementGroupFactory):
@@ -526,6 +533,23 @@ class ResourceChangingScheduler(TrialScheduler):
         if new == trial.placement_group_factory:
             return None
         return new
+
+    def _check_base(self, trial: Trial) -> None:
+        """Ray's rule: every trial starts with the first trial's resources (a trial of its own shape, from
+        ``with_resources(fn, resources_fn)`` or a searched ScalingConfig, is known once it started).
+
+        Raises:
+            TypeError: the trial was configured with other resources than the first trial (that trial fails).
+        """
+        first = self._view.trials[0] if self._view is not None and self._view.trials else None
+        if first is not None and first.attempts and not getattr(self, "_base_settled", False):
+            self._base_trial_resources = _configured(first)  # (its own shape is known now that it started)
+            self._base_settled = True
+        base = self._base_trial_resources
+        if base is not None and _configured(trial) != base:
+            raise TypeError(f"ResourceChangingScheduler doesn't support trials with varying base resources (as in "
+                            f"Ray). First trial had {base}, trial {trial.trial_id} has {_configured(trial)}: give "
+                            "every trial the same resources (one with_resources() value or ScalingConfig).")
 
     def _bad_return(self, trial: Trial, value: Any, detail: str) -> str:
         fn = self._resources_allocation_function
