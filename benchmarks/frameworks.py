@@ -270,7 +270,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--global-batch", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=1,
-                        help="run tuneplat's side and the hand launch this many times, interleaved; the median "
+                        help="run tuneplat's side and the hand launch this many times, interleaved (ABBA); the median "
                              "ratio is reported (on a shared machine one pair is dominated by its neighbours)")
     parser.add_argument("--rank-loop", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -287,8 +287,14 @@ def main() -> None:
         for kind in [k.strip() for k in args.frameworks.split(",") if k.strip()]:
             pairs = []
             for i in range(max(args.repeat, 1)):
-                ours = in_tuneplat(kind, {**config, "run": i}, client, os.path.join(work, "results"))
-                theirs = by_hand(kind, config, work)
+                # ABBA order (tuneplat first in even repeats, the hand launch first in odd ones): neither side
+                # always runs in the other's wake (page cache, the cores' clocks, a neighbour's job ending)
+                if i % 2:
+                    theirs = by_hand(kind, config, work)
+                    ours = in_tuneplat(kind, {**config, "run": i}, client, os.path.join(work, "results"))
+                else:
+                    ours = in_tuneplat(kind, {**config, "run": i}, client, os.path.join(work, "results"))
+                    theirs = by_hand(kind, config, work)
                 pairs.append((ours, theirs))
                 print(json.dumps({kind: {"run": i, "tuneplat": round(ours, 2), "by_hand": round(theirs, 2)}}),
                       file=sys.stderr, flush=True)

@@ -318,6 +318,7 @@ class Tuner:
                 reopen=self._resume[3] if self._resume is not None and len(self._resume) > 3 else None,
                 trial_resources=self._trial_resources,
                 trial_io=make_trial_io(self.run_config.log_to_file),
+                trainer=isinstance(self._raw_trainable, ConvertibleTrainer),
             )
             if self._resume is None:
                 self._set_aside_previous_journal()

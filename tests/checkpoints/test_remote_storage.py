@@ -189,8 +189,11 @@ def test_pbt_clones_checkpoints_on_s3(dask_client, s3, cache_dir):
     from tuneplat.schedulers import PopulationBasedTraining
 
     fs, url = s3
+    # synch: the trials wait for each other at every boundary, so the weaker one is cloned at iteration 2 and runs on
+    # from the clone (asynchronous PBT clones when the two happen to be at a boundary together, under load maybe
+    # only at the last iteration, with no iteration after the clone to check)
     pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": [0.1, 0.5, 1.0]},
-                                  quantile_fraction=0.5, seed=0)
+                                  quantile_fraction=0.5, seed=0, synch=True)
     results = tune.Tuner(T.pbt_accumulate, param_space={"lr": tune.grid_search([0.1, 1.0]), "steps": 6},
                          tune_config=tune.TuneConfig(metric="acc", mode="max", scheduler=pbt),
                          run_config=_rc(fs, url, name="pbt"), client=dask_client).fit()

@@ -98,10 +98,11 @@ class _Interrupt(tune.Callback):
 
 
 def _tuner(storage: str, fn: Any, space: dict[str, Any], *, name: str, slots: int = 2,
-           tc: tune.TuneConfig | None = None, **rc: Any) -> tune.Tuner:
+           tc: tune.TuneConfig | None = None, scaling_config: tune.ScalingConfig | None = None,
+           **rc: Any) -> tune.Tuner:
     return tune.Tuner(fn, param_space=space, tune_config=tc or tune.TuneConfig(metric="loss", mode="min"),
                       run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0, mlflow=False, **rc),
-                      executor=VirtualTimeExecutor(num_slots=slots))
+                      scaling_config=scaling_config, executor=VirtualTimeExecutor(num_slots=slots))
 
 
 def _experiments(tmp_path: Any) -> dict[str, Any]:
@@ -133,6 +134,13 @@ def _experiments(tmp_path: Any) -> dict[str, Any]:
                                       slots=4, tc=tune.TuneConfig(metric="loss", mode="min",
                                                                   scheduler=ResourceChangingScheduler(
                                                                       FIFOScheduler(), DistributeResources()))),
+        # groups of 2 ranks that the scheduler gives more ranks (one bundle per rank)
+        "resources_ranks": lambda s: _tuner(s, curve, {"floor": tune.grid_search([0.0, 0.1])}, name="ranks",
+                                            slots=6, scaling_config=tune.ScalingConfig(num_workers=2),
+                                            tc=tune.TuneConfig(metric="loss", mode="min",
+                                                               scheduler=ResourceChangingScheduler(
+                                                                   FIFOScheduler(),
+                                                                   DistributeResources(add_bundles=True)))),
     }
 
 
@@ -148,7 +156,8 @@ def _trial_fields(t: Any) -> dict[str, Any]:
         "stopped_by_scheduler": t.stopped_by_scheduler, "restart_iteration": t.restart_iteration,
         "world_size": t.world_size, "world_sizes": list(t.world_sizes), "num_preemptions": t.num_preemptions,
         "resumable": t.resumable, "base_resources": t.base_resources, "resources": t.resources,
-        "resource_changes": list(t.resource_changes),
+        "resource_changes": list(t.resource_changes), "configured_ranks": t.configured_ranks,
+        "bundle_per_rank": t.bundle_per_rank, "placement_group_factory": repr(t.placement_group_factory),
     }
 
 
@@ -164,7 +173,8 @@ def _snapshot(state: ExperimentState) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("experiment", ["asha", "hyperband", "pbt", "retries", "errors", "oom_retry", "ctrl_c",
-                                        "lost_worker", "preemption", "not_started", "hung", "starved", "resources"])
+                                        "lost_worker", "preemption", "not_started", "hung", "starved", "resources",
+                                        "resources_ranks"])
 def test_live_state_equals_the_reducer_over_the_journal_at_every_event(experiment, storage, tmp_path, monkeypatch):
     snapshots: list[dict[str, Any]] = []
     real_apply = _loop.apply
@@ -184,7 +194,8 @@ def test_live_state_equals_the_reducer_over_the_journal_at_every_event(experimen
                 "oom_retry": {"oom_retry"}, "ctrl_c": {"trial_requeued"}, "lost_worker": {"trial_failure"},
                 "preemption": {"preempt_notice", "trial_preempted", "trial_requeued"},
                 "not_started": {"trial_requeued"}, "hung": {"trial_failure"}, "starved": {"starved"},
-                "resources": {"trial_resources", "trial_paused", "trial_resume"}}[experiment]
+                "resources": {"trial_resources", "trial_paused", "trial_resume"},
+                "resources_ranks": {"trial_resources", "trial_paused", "trial_resume"}}[experiment]
     assert expected <= kinds, f"the recorded experiment reaches {expected - kinds}"
     folded = ExperimentState(trials=[], experiment_dir=grid.experiment_path, trusted=True)
     for k, line in enumerate(lines):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -69,6 +72,17 @@ def test_learning_curves_draw_one_line_per_trial_and_mark_every_stop_of_the_jour
     assert f"{len(pruned)} stopped early" in fig.axes[0].get_title()
     best = _artist(fig, "best_curve")  # more than 10 trials: the best one is drawn on top
     np.testing.assert_allclose(best.get_ydata(), asha_grid.get_best_result().metrics_dataframe["loss"].to_numpy())
+
+
+def test_a_figure_pickled_here_unpickles_in_a_fresh_process(asha_grid, tmp_path):
+    """A figure pickles by reference to its class, ``tuneplat.plot._plots.PlotFigure``, which a process that has
+    drawn nothing yet makes when the pickle asks for it (matplotlib is imported on first use)."""
+    path = tmp_path / "curves.pkl"
+    path.write_bytes(pickle.dumps(plot.plot_learning_curves(asha_grid)))
+    code = "import pickle, sys; fig = pickle.loads(open(sys.argv[1], 'rb').read()); print(type(fig).__name__, len(fig.axes))"
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["PlotFigure", "1"]
 
 
 def test_hyperband_pauses_and_stops_of_paused_trials_are_marked(hyperband_grid):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 import subprocess
 import sys
 import warnings
@@ -508,6 +509,16 @@ def test_import_tuneplat_does_not_import_optuna():
             "from tuneplat.search import OptunaSearch; assert 'optuna' in sys.modules; "
             "from tuneplat.search.optuna import OptunaSearch as O; assert O is OptunaSearch")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("name", ["_Leaf", "_k_times_q", "_snap", "_categorical", "_convert_leaf", "_require",
+                                  "OptunaPrunerScheduler", "OptunaSearch"])
+def test_an_earlier_tuner_pkl_finds_what_it_names_in_tuneplat_search_optuna(name):
+    """``tuner.pkl`` (cloudpickle) names a saved searcher's classes and functions by module: one written before the
+    adapter was split into private modules names ``tuneplat.search.optuna`` (a ``_Leaf``, the ``_snap`` mapping of a
+    q-log domain and the ``_k_times_q`` it calls), and ``Tuner.restore`` must still find them there."""
+    found = pickle.loads(f"ctuneplat.search.optuna\n{name}\n.".encode())  # the GLOBAL opcode such a file holds
+    assert found.__name__ == name and found.__module__.startswith("tuneplat.search.")
 
 
 def test_suggest_never_finishes_by_itself():

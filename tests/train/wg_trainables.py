@@ -277,3 +277,28 @@ def threads_of_a_rank(config: dict) -> None:
     """The thread pools a rank's numeric libraries get (Ray sizes them to the CPUs the rank holds)."""
     tune.report({"loss": float(config.get("x", 0)), "omp": int(os.environ.get("OMP_NUM_THREADS", "0")),
                  "mkl": int(os.environ.get("MKL_NUM_THREADS", "0")), "torch_threads": torch.get_num_threads()})
+
+
+def steps_from_checkpoint(config: dict) -> None:
+    """TorchTrainer loop: goes on from its checkpoint's step; each step all-reduces over the group (how many ranks
+    there are, and how many of them started from a checkpoint) and reports that with a checkpoint from rank 0."""
+    import torch.distributed as dist
+
+    ctx = tune.get_context()
+    ck = tune.get_checkpoint()
+    start = 0
+    if ck is not None:
+        with ck.as_directory() as d, open(os.path.join(d, "step.json")) as f:
+            start = json.load(f)["step"]
+    counts = torch.tensor([1.0, 1.0 if ck is not None else 0.0])
+    if dist.is_initialized():
+        dist.all_reduce(counts)  # (gloo: the group's real ranks answer)
+    for step in range(start, config["steps"]):
+        with tempfile.TemporaryDirectory() as d:
+            checkpoint = None
+            if ctx.get_world_rank() == 0:
+                with open(os.path.join(d, "step.json"), "w") as f:
+                    json.dump({"step": step + 1}, f)
+                checkpoint = tune.Checkpoint.from_directory(d)
+            tune.report({"world_size": ctx.get_world_size(), "ranks_in_group": counts[0].item(),
+                         "ranks_from_checkpoint": counts[1].item(), "started_at": start}, checkpoint=checkpoint)

@@ -147,7 +147,8 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
             info["world_size"] = (meta.get("world_size") or {}).get(r.trial_id)
             info["resizes"] = resizes
         if changes:  # (ResourceChangingScheduler)
-            info["resource_changes"] = [{"iteration": it, "resources": req} for it, req in changes]
+            info["resource_changes"] = [{"iteration": it, "resources": req, **({"num_workers": n} if n else {})}
+                                        for it, req, n in changes]
         _out(json.dumps(info, indent=2))
         return EXIT_OK
     _out(f"trial        {r.trial_id} ({r.status}) of {meta.get('name') or meta['path']}")
@@ -167,8 +168,9 @@ def _status_trial(grid: Any, meta: dict[str, Any], trial_id: str, as_json: bool)
              f"(elastic, {meta['scaling']['min_workers']}..{meta['scaling'].get('num_workers')})")
     for ev in resizes:
         _out(f"resize       at iteration {ev.get('iteration')}: {ev.get('message')}")
-    for it, req in changes:
-        _out(f"resources    from iteration {it}: {json.dumps(req, sort_keys=True)} (ResourceChangingScheduler)")
+    for it, req, n in changes:
+        ranks = f"{n} rank{'s' if n != 1 else ''} of " if n else ""  # (a trial of one bundle per rank)
+        _out(f"resources    from iteration {it}: {ranks}{json.dumps(req, sort_keys=True)} (ResourceChangingScheduler)")
     if r.error:
         _out("error:")
         _out(str(r.error))

@@ -21,9 +21,11 @@ from typing import Any
 
 from schedulers import ActionPlan, Decision, Launch, Resume, Stop, TrialPhase, TrialScheduler, plan_action
 
+from ..search._tags import perturbed_tag
 from ..storage._storage import CheckpointStore, checkpoint_name
 from . import _events as ev
 from ._journal import pickle_hex, to_jsonable
+from ._shapes import rank_shape
 from ._stop import StopRules
 from ._trial import RunState, Trial, TrialStatus
 
@@ -182,10 +184,14 @@ class SchedulerActions:
                 logger.warning("tuneplat: trial %s exploits trial %s, which has no checkpoint; it restarts with the "
                                "new config from its own latest checkpoint (report checkpoints for PBT to clone)",
                                trial.trial_id, action.from_trial)
+        # Ray's tag after an exploit: the tag at creation, then the mutated keys' new values
+        mutated = getattr(self.scheduler, "hyperparam_mutations", None) or \
+            [k for k in new if k not in old or old[k] != new[k]]
+        tag = perturbed_tag(trial.experiment_tag.split("@perturbed[", 1)[0], new, mutated)
         event = ev.Exploit(trial_id=trial.trial_id, from_trial=action.from_trial, iteration=trial.iteration,
                            from_iteration=from_iteration, old_config=to_jsonable(old),
                            new_config=to_jsonable(new), config_pickle=pickle_hex(new),
-                           info=to_jsonable(dict(action.info)), config_object=new)
+                           info=to_jsonable(dict(action.info)), experiment_tag=tag, config_object=new)
         self._record(event)
         self._on_exploit(trial, trial.lineage[-1])
 
@@ -195,7 +201,19 @@ def _resources_event(trial: Trial, resources: Mapping[str, Any]) -> ev.TrialReso
     from ..execution.placement_groups import PlacementGroupFactory
 
     pgf = PlacementGroupFactory(list(resources["bundles"]), str(resources.get("strategy") or "PACK"))
-    previous = trial.placement_group_factory.required_resources
-    return ev.TrialResources(trial_id=trial.trial_id, bundles=pgf.bundles, strategy=pgf.strategy,
-                             request=pgf.required_resources, previous=previous, iteration=trial.iteration,
-                             reason=str(resources.get("reason") or "") or None)
+    per_rank = trial.bundle_per_rank
+    before = trial.placement_group_factory
+    try:
+        request, ranks = rank_shape(pgf, per_rank)
+    except ValueError:  # (bundles that differ: the trial's start refuses them, naming it; journal what was given)
+        request, ranks = pgf.bundles[-1], len(pgf.bundles)
+    try:
+        previous, previous_ranks = rank_shape(before, per_rank)
+    except ValueError:
+        previous, previous_ranks = before.bundles[-1], len(before.bundles)
+    head: list[dict[str, float]] = [{}] if pgf.head_bundle_is_empty else []  # (Ray's empty head bundle, kept)
+    return ev.TrialResources(trial_id=trial.trial_id, bundles=head + pgf.bundles, strategy=pgf.strategy,
+                             request=request, previous=previous, iteration=trial.iteration,
+                             reason=str(resources.get("reason") or "") or None,
+                             num_workers=ranks if per_rank else None,
+                             previous_num_workers=previous_ranks if per_rank else None)

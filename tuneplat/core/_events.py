@@ -112,6 +112,8 @@ class TrialAdd(TrialEvent):
     name: str | None = None
     config_pickle: str | None = None
     trainable_name: str | None = _when_set()
+    #: Ray's ``experiment_tag`` of the trial (``"0_lr=0.0100"``)
+    experiment_tag: str | None = _when_set()
     #: the exact config objects (live only; a replay unpickles ``config_pickle`` when trusted, else the JSON copy)
     config_object: dict[str, Any] | None = _local()
 
@@ -267,6 +269,8 @@ class Exploit(TrialEvent):
     new_config: dict[str, Any] | None = None
     config_pickle: str | None = None
     info: dict[str, Any] | None = None
+    #: the trial's ``experiment_tag`` from now on (Ray's ``"3_lr=0.0100@perturbed[lr=0.0200]"``)
+    experiment_tag: str | None = _when_set()
     config_object: dict[str, Any] | None = _local()
 
 
@@ -286,8 +290,10 @@ class Resize(TrialEvent):
 class TrialResources(TrialEvent):
     """A resource-changing scheduler gave the paused trial new resources: its next attempt runs with ``bundles``.
 
-    ``request`` is what its one rank asks for (the bundles' sum), ``previous`` what it asked before;
-    ``reason`` names the scheduler and its allocation function.
+    ``bundles`` are Ray's (a leading ``{}``: the empty head bundle of a trainer's factory). ``request`` is
+    what each rank asks for (a trial of one bundle per rank: one bundle; else its one rank holds the bundles'
+    sum), ``previous`` what it asked before; ``num_workers``/``previous_num_workers``: its ranks now and
+    before (trials of one bundle per rank only); ``reason`` names the scheduler and its allocation function.
     """
 
     kind: ClassVar[str] = "trial_resources"
@@ -297,6 +303,8 @@ class TrialResources(TrialEvent):
     previous: dict[str, Any] | None = None
     iteration: int | None = None
     reason: str | None = None
+    num_workers: int | None = _when_set()
+    previous_num_workers: int | None = _when_set()
 
 
 @dataclass(frozen=True, kw_only=True)

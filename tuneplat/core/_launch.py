@@ -9,6 +9,7 @@ from ..execution._executor import (
     TrialSpec,
 )
 from ..search._searcher import BasicVariantGenerator, Searcher
+from ..search._tags import suggested_tag, variant_tag
 from . import _events as ev
 from ._journal import pickle_hex, to_jsonable
 from ._loop_state import _LoopState
@@ -26,8 +27,14 @@ class _Launching(_LoopState):
         trial_id = f"{self._exp_tag}_{index:05d}"
         name = f"{self.trainable_name}_{trial_id}"
         path = os.path.join(self.experiment_dir, name)
+        # Ray's experiment_tag, once per trial: the default generator's resolved values, or a searcher's whole config
+        if isinstance(self.searcher, BasicVariantGenerator):
+            tag = variant_tag(index, config, self.searcher.resolved_paths())
+        else:
+            tag = suggested_tag(index, config)
         # what the name creators see (the trial exists once its trial_add event is applied)
-        draft = Trial(trial_id=trial_id, config=config, path=path, name=name, trainable_name=self.trainable_name)
+        draft = Trial(trial_id=trial_id, config=config, path=path, name=name, trainable_name=self.trainable_name,
+                      recorded_tag=tag)
         if self.tc.trial_name_creator is not None:
             name = str(self.tc.trial_name_creator(draft))
         if self.tc.trial_dirname_creator is not None:
@@ -38,7 +45,7 @@ class _Launching(_LoopState):
         self.trial_files.write_params(path, config)
         self._write(ev.TrialAdd(trial_id=trial_id, config=to_jsonable(config), path=path, name=name,
                                 config_pickle=pickle_hex(config), trainable_name=self.trainable_name or None,
-                                config_object=config))
+                                experiment_tag=tag, config_object=config))
         trial = self.by_id[trial_id]
         self.scheduler.on_trial_add(trial_id, config)
         self.hooks.trial_add(trial)

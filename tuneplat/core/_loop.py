@@ -122,7 +122,10 @@ class TuneLoop(_Launching, _Endings, _LoopState):
                 resume=self.resume, resume_errored=self.reopen.get("resume_errored") or None,
                 restart_errored=self.reopen.get("restart_errored") or None,
                 scaling={"num_workers": self.world_size, "resources_per_worker": to_jsonable(self.request),
-                         **({"min_workers": self.min_world_size} if self.min_world_size is not None else {})}))
+                         **({"min_workers": self.min_world_size} if self.min_world_size is not None else {}),
+                         **({"trainer": True} if self.trainer else {}),
+                         **({"placement_strategy": self.sc.placement_strategy}
+                            if self.sc.placement_strategy != "PACK" else {})}))
             self.hooks.experiment_start()
             if threading.current_thread() is threading.main_thread():
                 old_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -414,6 +417,7 @@ class TuneLoop(_Launching, _Endings, _LoopState):
         result, iteration = event.result, event.iteration
         # Ray's checkpoint_dir_name: the folder of the checkpoint this result carried (None without one)
         result["checkpoint_dir_name"] = os.path.basename(path.rstrip("/")) if event.staged and path else None
+        result["experiment_tag"] = trial.experiment_tag  # (Ray's; computed once per trial, at its creation)
         if event.staged:
             if path is not None:
                 self.commits.record(trial, iteration, result, path)

@@ -53,8 +53,11 @@ class _LoopState:
                  callbacks: list[Any] | None = None, trials: list[Trial] | None = None, resume: bool = False,
                  syncer: ExperimentSync | None = None, raw_trainable: Any = None,
                  trial_resources: Callable[[Mapping[str, Any]], ScalingConfig] | None = None,
-                 trial_io: Any = None, reopen: Mapping[str, bool] | None = None) -> None:
+                 trial_io: Any = None, reopen: Mapping[str, bool] | None = None, trainer: bool = False) -> None:
         self.trainable = trainable
+        #: the trials run a Train trainer (TorchTrainer, XGBoostTrainer, ...): their resources are one bundle per
+        #: rank, as Ray Train's (journaled with the experiment's scaling, so a replay knows it)
+        self.trainer = trainer
         self.trial_io = trial_io  # each trial's working directory and captured output (execution/_trial_io.py)
         self.raw_trainable = raw_trainable
         self.executor = executor

@@ -17,10 +17,43 @@ from ..execution._executor import TrialExecutor
 from ._gpu_auto import GpuMemoryAuto
 from ._trial import Trial
 
-__all__ = ["Shape", "ShapeRefused", "TrialShapes"]
+__all__ = ["Shape", "ShapeRefused", "TrialShapes", "rank_shape"]
 
 #: ``(resources per rank, number of ranks)``
 Shape = tuple[dict[str, float], int]
+
+
+def rank_shape(pgf: Any, bundle_per_rank: bool) -> Shape:
+    """``(resources per rank, ranks)`` of a trial whose resources are ``pgf`` (a ``PlacementGroupFactory``).
+
+    A trial with one bundle per rank (a Train trainer's, or one of several ranks) runs one rank
+    per bundle, as Ray's ``ScalingConfig.from_placement_group_factory`` reads a trainer's
+    factory (``num_workers = len(bundles)``, ``resources_per_worker = bundles[-1]``): the
+    ranks all hold the same resources here, so the bundles must be equal (Ray merges a
+    trainer's resources into the first; tuneplat's trainer holds none). A function
+    trainable of one rank (``bundle_per_rank`` False) holds the bundles' sum in one process.
+
+    Raises:
+        ValueError: one bundle per rank, and the bundles differ.
+
+    Example:
+        >>> from tuneplat.tune.execution.placement_groups import PlacementGroupFactory
+        >>> rank_shape(PlacementGroupFactory([{}, {"CPU": 1}, {"CPU": 1}]), bundle_per_rank=True)
+        ({'CPU': 1.0}, 2)
+        >>> rank_shape(PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}]), bundle_per_rank=False)
+        ({'CPU': 3.0}, 1)
+    """
+    if not bundle_per_rank:
+        return pgf.required_resources, 1
+    bundles = pgf.bundles
+    if any(b != bundles[-1] for b in bundles):
+        raise ValueError(
+            f"{pgf} has bundles that differ, but this trial runs one rank per bundle and its ranks all hold the "
+            "same resources (Ray's trainers merge the trainer's resources into the first bundle; tuneplat's "
+            "trainer holds none). Return one equal bundle per rank, e.g. PlacementGroupFactory([{}] + "
+            "[{'CPU': 1}] * ranks), as DistributeResources(add_bundles=True) does with increase_by unset (or equal "
+            "to one rank's resources).")
+    return bundles[-1], len(bundles)
 
 
 class ShapeRefused(ValueError):
@@ -98,13 +131,17 @@ class TrialShapes:
         return shape
 
     def _changed(self, trial: Trial) -> Shape:
-        """The shape a resource-changing scheduler gave the trial: one rank with its bundles' sum.
+        """The shape a resource-changing scheduler gave the trial (see :func:`rank_shape`).
 
         Raises:
-            ShapeRefused: no worker of the cluster could ever hold it (the trial, what was asked, what exists).
+            ShapeRefused: the bundles are not one per rank, or the cluster could never hold them (the trial, what
+                was asked, what exists).
         """
         pgf = trial.placement_group_factory
-        shape: Shape = (pgf.required_resources, 1)
+        try:
+            shape = rank_shape(pgf, trial.bundle_per_rank)
+        except ValueError as exc:
+            raise ShapeRefused(f"trial {trial.trial_id}: {exc}") from exc
         key = repr((sorted(shape[0].items()), shape[1]))
         if key not in self._checked:
             try:
@@ -112,7 +149,7 @@ class TrialShapes:
             except ValueError as exc:
                 raise ShapeRefused(
                     f"trial {trial.trial_id} was given {pgf} by the ResourceChangingScheduler (its "
-                    f"resources_allocation_function), which no worker of the cluster can hold: {exc}") from exc
+                    f"resources_allocation_function), which the cluster can never hold: {exc}") from exc
             self._checked.add(key)
         return shape
 

@@ -160,6 +160,8 @@ class ExperimentState:
     running_since: dict[str, float | None] = field(default_factory=dict, repr=False)
     #: trial id -> the iteration where it sits paused
     paused_at: dict[str, int] = field(default_factory=dict, repr=False)
+    #: trial id -> the folders of its checkpoints (a checkpoint event costs O(1), not a scan of the trial's list)
+    checkpoint_index: dict[str, _CheckpointIndex] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for t in self.trials:
@@ -220,7 +222,14 @@ def _trial_add(state: ExperimentState, _t: Any, e: ev.TrialAdd) -> None:
         path = os.path.join(state.experiment_dir, os.path.basename(path))
     config = e.config_object if e.config_object is not None else _config(e.config, e.config_pickle, state.trusted)
     trial = Trial(trial_id=e.trial_id, config=config, path=path, name=str(e.name or e.trial_id),
-                  trainable_name=e.trainable_name or "", base_resources=_per_rank(state.meta.get("scaling")))
+                  trainable_name=e.trainable_name or "", base_resources=_per_rank(state.meta.get("scaling")),
+                  recorded_tag=e.experiment_tag)
+    scaling = state.meta.get("scaling")
+    scaling = scaling if isinstance(scaling, dict) else {}
+    trial.configured_ranks = _ranks(scaling) or 1
+    trial.bundle_per_rank = bool(scaling.get("trainer")) or trial.configured_ranks > 1
+    if scaling.get("placement_strategy") in ("SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+        trial.placement_strategy = str(scaling["placement_strategy"])
     if e.trial_id in state.by_id:  # (a journal that adds a trial twice: the later one counts)
         state.trials[:] = [t for t in state.trials if t.trial_id != e.trial_id]
     trial.seal()
@@ -238,6 +247,8 @@ def _trial_start(state: ExperimentState, t: Trial, e: ev.TrialStart) -> None:
     t.world_size = len(e.workers or ()) or t.world_size
     if e.resources and t.resources is None:  # its own resources (with_resources(fn), a ScalingConfig with domains)
         t.base_resources = _per_rank(e.resources) or t.base_resources
+        t.configured_ranks = _ranks(e.resources) or t.configured_ranks
+        t.bundle_per_rank = t.bundle_per_rank or t.configured_ranks > 1
     if not t.world_sizes and t.world_size:
         t.world_sizes.append((int(e.start_iteration or 0), t.world_size))
     state.running_since[t.trial_id] = e.time
@@ -254,7 +265,13 @@ def _resize(state: ExperimentState, t: Trial, e: ev.Resize) -> None:
 
 def _trial_resources(state: ExperimentState, t: Trial, e: ev.TrialResources) -> None:
     t.resources = {"bundles": [dict(b) for b in e.bundles], "strategy": e.strategy or "PACK"}
-    t.resource_changes.append((int(e.iteration or 0), dict(e.request or {})))
+    t.resource_changes.append((int(e.iteration or 0), dict(e.request or {}), e.num_workers))
+
+
+def _ranks(scaling: Any) -> int | None:
+    """The ranks of a journaled ``scaling``/``resources`` object (``num_workers``), or None."""
+    n = scaling.get("num_workers") if isinstance(scaling, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 
 def _per_rank(scaling: Any) -> dict[str, float] | None:
@@ -287,17 +304,45 @@ def _checkpoint(state: ExperimentState, t: Trial, e: ev.CheckpointSaved) -> None
             path = os.path.join(t.path, os.path.basename(path))
         ckpt = Checkpoint(path)
     # a retry reaching the same iteration, or a PBT clone, replaces the checkpoint of that folder (the trial's
-    # checkpoints all sit in its folder, as rewritten above: comparing whole paths is comparing folder names)
-    if any(p[0].path == ckpt.path for p in t.checkpoints):
-        t.checkpoints = [p for p in t.checkpoints if p[0].path != ckpt.path]
-    t.checkpoints.append((ckpt, dict(e.metrics or {})))
+    # checkpoints all sit in its folder, as rewritten above: comparing whole paths is comparing folder names).
+    # The index answers "is it there?" without a scan of the list (a long run saves thousands of checkpoints)
+    index = _checkpoint_index(state, t)
+    pair = (ckpt, dict(e.metrics or {}))
+    if index is None:  # (a list with a folder twice, set outside this reducer: the plain way)
+        if any(p[0].path == ckpt.path for p in t.checkpoints):
+            t.checkpoints = [p for p in t.checkpoints if p[0].path != ckpt.path]
+        t.checkpoints.append(pair)
+    else:
+        if ckpt.path in index.paths:  # (rare) found from the end, where the one replaced usually is
+            kept = t.checkpoints
+            for i in range(len(kept) - 1, -1, -1):
+                if kept[i][0].path == ckpt.path:
+                    del kept[i]
+                    break
+        else:
+            index.add(ckpt.path)
+        t.checkpoints.append(pair)
+        index.size = len(t.checkpoints)
     if e.cloned_from is not None:
         t.restart_iteration = e.cloned_iteration if e.cloned_iteration is not None else e.iteration
 
 
 def _checkpoint_deleted(state: ExperimentState, t: Trial, e: ev.CheckpointDeleted) -> None:
     name = os.path.basename(e.path)
-    t.checkpoints = [p for p in t.checkpoints if os.path.basename(p[0].path) != name]
+    index = _checkpoint_index(state, t)
+    if index is not None and not index.names.get(name):
+        return  # none of its checkpoints has that folder name
+    # (retention's deletions: under CheckpointConfig(num_to_keep=k) the list stays at about k + 1, a short filter)
+    kept: list[tuple[Checkpoint, dict[str, Any]]] = []
+    for p in t.checkpoints:
+        if os.path.basename(p[0].path) == name:
+            if index is not None:
+                index.discard(p[0].path)
+        else:
+            kept.append(p)
+    t.checkpoints = kept
+    if index is not None:
+        index.of, index.size = kept, len(kept)
 
 
 def _decision(state: ExperimentState, t: Trial, e: ev.Decision) -> None:
@@ -358,7 +403,10 @@ def _exploit(state: ExperimentState, t: Trial, e: ev.Exploit) -> None:
         new_config=dict(e.new_config or {})))
     t.config = e.config_object if e.config_object is not None else _config(e.new_config, e.config_pickle,
                                                                            state.trusted)
-    t.lineage.append({k: v for k, v in e.to_json().items() if k not in ("event", "config_pickle", "time")})
+    t.lineage.append({k: v for k, v in e.to_json().items()
+                      if k not in ("event", "config_pickle", "time", "experiment_tag")})
+    if e.experiment_tag is not None:
+        t.recorded_tag = e.experiment_tag
     if t.status is TrialStatus.PAUSED:  # a paused trial that exploits goes back to the queue
         _move(state, t, TrialStatus.PENDING)
         state.paused_at.pop(t.trial_id, None)
@@ -397,6 +445,55 @@ _HANDLERS: dict[type[ev.Event], Callable[[ExperimentState, Any, Any], None]] = {
 
 
 # ---------------------------------------------------------------------------- helpers
+class _CheckpointIndex:
+    """The folders of one trial's ``checkpoints`` list, so that a checkpoint event does not scan the list.
+
+    ``of`` and ``size`` say which list (and how long) it describes: a list set or
+    changed outside :func:`apply` (a restore dropping missing checkpoints, a restart
+    of errored trials) is indexed again at its next event.
+    """
+
+    __slots__ = ("names", "of", "paths", "size")
+
+    def __init__(self, of: list[Any]) -> None:
+        self.of = of
+        self.size = len(of)
+        self.paths: set[str] = set()
+        #: folder name -> how many of the trial's checkpoints carry it
+        self.names: dict[str, int] = {}
+        for ckpt, _metrics in of:
+            self.add(ckpt.path)
+
+    def add(self, path: str) -> None:
+        self.paths.add(path)
+        name = os.path.basename(path)
+        self.names[name] = self.names.get(name, 0) + 1
+
+    def discard(self, path: str) -> None:
+        if path in self.paths:
+            self.paths.discard(path)
+            name = os.path.basename(path)
+            left = self.names.get(name, 0) - 1
+            if left > 0:
+                self.names[name] = left
+            else:
+                self.names.pop(name, None)
+
+
+def _checkpoint_index(state: ExperimentState, t: Trial) -> _CheckpointIndex | None:
+    """``t``'s checkpoint index (built on first use, or again when its list changed outside :func:`apply`);
+    None when the list holds a folder twice (never written so by :func:`apply`: such a list is left to a scan)."""
+    index = state.checkpoint_index.get(t.trial_id)
+    if index is not None and index.of is t.checkpoints and index.size == len(t.checkpoints):
+        return index
+    index = _CheckpointIndex(t.checkpoints)
+    if len(index.paths) != index.size:
+        state.checkpoint_index.pop(t.trial_id, None)
+        return None
+    state.checkpoint_index[t.trial_id] = index
+    return index
+
+
 def _move(state: ExperimentState, t: Trial, new: TrialStatus) -> None:
     """The trial's status becomes ``new`` (checked against the transition table when ``state.strict``)."""
     if state.strict:

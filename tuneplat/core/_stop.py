@@ -18,7 +18,7 @@ __all__ = ["AUTO_KEYS", "MetricCheck", "StopRules"]
 #: keys every result carries without the user reporting them
 AUTO_KEYS = frozenset({"training_iteration", "time_this_iter_s", "time_total_s", "timestamp",
                        "iterations_since_restore", "trial_id", "pid", "hostname", "done", "date", "node_ip",
-                       "time_since_restore", "checkpoint_dir_name"})
+                       "time_since_restore", "checkpoint_dir_name", "experiment_tag"})
 
 
 def _did_you_mean(name: str, keys: list[str]) -> str:

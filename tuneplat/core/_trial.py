@@ -104,8 +104,19 @@ class Trial:
     base_resources: dict[str, float] | None = None
     #: ``{"bundles": [...], "strategy": ...}`` a resource-changing scheduler gave it (None: as configured)
     resources: dict[str, Any] | None = None
-    #: ``(start_iteration, resources per rank)`` of each change of its resources (ResourceChangingScheduler)
-    resource_changes: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    #: ``(start_iteration, resources per rank, ranks)`` of each change of its resources (ResourceChangingScheduler;
+    #: ranks is None for a trial whose one process holds the bundles' sum)
+    resource_changes: list[tuple[int, dict[str, float], int | None]] = field(default_factory=list)
+    #: ranks as configured (``ScalingConfig(num_workers=...)``; the most ranks of an elastic group)
+    configured_ranks: int = 1
+    #: its resources are one bundle per rank, as Ray Train's trainers have them (an empty head bundle, then one
+    #: per worker): a Train trainer's trial or a trial of several ranks; else (a function trainable of one rank, as
+    #: in Ray) its one process holds the bundles' sum
+    bundle_per_rank: bool = False
+    #: the ScalingConfig's placement_strategy (the strategy of its PlacementGroupFactory, as Ray's trainers have it)
+    placement_strategy: str = "PACK"
+    #: Ray's ``experiment_tag`` as recorded when it was created (and by PBT's exploit); None in older journals
+    recorded_tag: str | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -136,15 +147,18 @@ class Trial:
 
     @property
     def experiment_tag(self) -> str:
-        """A short tag of the trial's config values, as Ray's (e.g. ``3_lr=0.0100,layers=2``)."""
-        from ..search._space import flatten_dict
+        """A short tag of the trial's index and config values, as Ray's (e.g. ``0_lr=0.0100,momentum=0.9000``):
+        see ``tuneplat/search/_tags.py`` for Ray's three forms. Every result carries it (``result["experiment_tag"]``).
+        """
+        if self.recorded_tag is not None:
+            return self.recorded_tag
+        # (a trial of a journal written before tags were recorded: every value of its config)
+        from ..search._space import iter_leaves
+        from ..search._tags import variant_tag
 
-        index = self.trial_id.rsplit("_", 1)[-1].lstrip("0") or "0"
-        parts = []
-        for k, v in flatten_dict(self.config).items():
-            text = f"{v:.4f}" if isinstance(v, float) else str(v)
-            parts.append(f"{k.rsplit('/', 1)[-1]}={text}")
-        return "_".join([index, ",".join(parts)]) if parts else index
+        index = self.trial_id.rsplit("_", 1)[-1]
+        paths = [p for p, _v in iter_leaves(self.config) if p]
+        return variant_tag(int(index) if index.isdigit() else 0, self.config, paths)
 
     @property
     def evaluated_params(self) -> dict[str, Any]:
@@ -157,16 +171,22 @@ class Trial:
     def placement_group_factory(self) -> Any:
         """The trial's resources as Ray's ``PlacementGroupFactory`` (Ray: ``Trial.placement_group_factory``).
 
-        What a resource-changing scheduler gave it last, else what it was configured with
-        (one bundle per rank), else one CPU.
+        What a resource-changing scheduler gave it last, else what it was configured with, else one
+        CPU. A trial of a Train trainer or of several ranks has Ray Train's form: an empty head
+        bundle (the trainer itself holds nothing here) and one bundle per rank; a function
+        trainable of one rank has one bundle.
         """
         from ..execution.placement_groups import PlacementGroupFactory
 
         if self.resources is not None:
             return PlacementGroupFactory(self.resources["bundles"], self.resources.get("strategy") or "PACK")
-        ranks = self.world_size or 1
         base = dict(self.base_resources or {"CPU": 1.0})
-        return PlacementGroupFactory([base] * ranks if any(base.values()) else [{"CPU": 1.0}])
+        if not any(base.values()):
+            base = {"CPU": 1.0}
+        if self.bundle_per_rank:
+            return PlacementGroupFactory([{}] + [base] * (self.world_size or self.configured_ranks),
+                                         self.placement_strategy)
+        return PlacementGroupFactory([base])
 
     @property
     def last_result(self) -> dict[str, Any]:

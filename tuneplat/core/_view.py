@@ -258,6 +258,11 @@ class TunerView:
         return self._loop.world_size
 
     @property
+    def trainer(self) -> bool:
+        """Whether the trials run a Train trainer (their resources are one bundle per rank, as Ray Train's)."""
+        return bool(getattr(self._loop, "trainer", False))
+
+    @property
     def min_world_size(self) -> int | None:
         """The fewest ranks of an elastic trial; None when trials are not elastic."""
         return self._loop.min_world_size

@@ -16,7 +16,14 @@ from .._mainguard import embedded_workers
 from .._settings import env_seconds, env_str
 from ._channel import TunerUnreachable
 from ._errors import PlacementError
-from ._local_procs import end_processes, local_gpu_count, quiet_distributed, spawned_workers, tracked_nanny_class
+from ._local_procs import (
+    embedded_cluster_class,
+    end_processes,
+    local_gpu_count,
+    quiet_distributed,
+    spawned_workers,
+    tracked_nanny_class,
+)
 from ._placement import Assignment, Ledger, Slot
 from ._runner import channel_client_context, connect_timeout_s
 from ._security import local_tls, make_security, temporary_security
@@ -140,8 +147,6 @@ class Cluster:
             self.client = Client(address, set_as_default=False, security=security)
             self.owns_client = True
         else:
-            from distributed import LocalCluster
-
             cores = local_cpus() or max(os.cpu_count() or 1, 1)
             # a rank needing k whole CPUs gets a worker process of k CPUs (cores // k of them), as Ray would
             # pack trials; a need beyond this machine is left to PlacementError to explain
@@ -176,7 +181,8 @@ class Cluster:
             with dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 0}):
                 # the scheduler now, the workers asked for and not waited for (see _start_workers): a trial
                 # starts as soon as one worker can run it, the others join as they come up
-                self.local_cluster = LocalCluster(
+                # (a LocalCluster that brings back a worker whose restart outlasts Dask's lost-worker-timeout)
+                self.local_cluster = embedded_cluster_class()(
                     n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1",
                     worker_class=tracked_nanny_class(),
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
@@ -519,6 +525,7 @@ class Cluster:
     def _close(self) -> None:
         with quiet_distributed(self.local_cluster is not None):
             if self.local_cluster is not None:
+                self.local_cluster.keep_workers = False  # they leave for good now: none is started again
                 # Workers first, so none heartbeats into a closing scheduler (a noisy traceback otherwise).
                 try:
                     self.client.retire_workers(close_workers=True)

@@ -11,7 +11,8 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["end_processes", "local_gpu_count", "quiet_distributed", "spawned_workers", "tracked_nanny_class"]
+__all__ = ["embedded_cluster_class", "end_processes", "local_gpu_count", "quiet_distributed", "spawned_workers",
+           "tracked_nanny_class"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -60,6 +61,81 @@ def tracked_nanny_class() -> type:
 
 
 _NANNY: type | None = None
+
+
+def embedded_cluster_class() -> type:
+    """A Dask ``LocalCluster`` that keeps its worker processes for its whole life: the embedded cluster's class.
+
+    When a worker process dies (a rank SIGKILLed, the OOM killer, a framework
+    ending its processes), its nanny starts a new one. Dask's ``SpecCluster``
+    closes that nanny for good if the worker is not back within
+    ``distributed.deploy.lost-worker-timeout`` (15 s by default), which a
+    restart under load (a fresh interpreter importing torch) can take: the
+    cluster would stay a worker short for the rest of the experiment. This
+    class looks again after that timeout instead: a nanny still starting its
+    worker is left to it (and looked at again later); a nanny that gave up (its
+    restart failed, it closed) is replaced by a fresh one of the same spec. A
+    worker retired on purpose (:attr:`keep_workers` False, a scale-down, the
+    cluster closing) is not brought back. Only the cluster tuneplat owns uses
+    it: a user's own cluster keeps Dask's behaviour.
+    """
+    global _CLUSTER
+    if _CLUSTER is None:
+        import asyncio
+
+        import dask
+        from dask.utils import parse_timedelta
+        from distributed import LocalCluster
+        from distributed.core import Status
+        from distributed.deploy.cluster import Cluster as DaskCluster
+
+        class EmbeddedCluster(LocalCluster):  # type: ignore[misc]
+            #: False once tuneplat closes the cluster: its workers leave for good
+            keep_workers = True
+
+            def _update_worker_status(self, op: str, msg: Any) -> None:
+                if op == "remove":
+                    info = self.scheduler_info.get("workers", {}).get(msg)
+                    if info is not None:
+                        self._look_again_later(info.get("name"))
+                # (SpecCluster's own would close the nanny once lost-worker-timeout passed: skipped)
+                DaskCluster._update_worker_status(self, op, msg)
+
+            def _look_again_later(self, name: Any) -> None:
+                delay = parse_timedelta(dask.config.get("distributed.deploy.lost-worker-timeout"))
+                asyncio.get_running_loop().call_later(delay, self._look_again, name)
+
+            def _back(self, name: Any) -> bool:
+                return any(d.get("name") == name for d in self.scheduler_info.get("workers", {}).values())
+
+            def _look_again(self, name: Any) -> None:
+                if (not self.keep_workers or self.status != Status.running or name not in self.worker_spec
+                        or self._back(name)):
+                    return
+                nanny = self.workers.get(name)
+                process = getattr(nanny, "process", None)
+                if (nanny is not None and nanny.status == Status.running and process is not None
+                        and process.status in (Status.starting, Status.running)):
+                    self._look_again_later(name)  # its nanny is still bringing it back (a slow start under load)
+                    return
+                logger.info("tuneplat: worker %s of the embedded cluster did not come back; starting it again", name)
+                self.workers.pop(name, None)
+                self._futures.add(asyncio.ensure_future(self._relaunch(name, nanny)))
+
+            async def _relaunch(self, name: Any, nanny: Any) -> None:
+                try:
+                    if nanny is not None:
+                        await nanny.close(reason="tuneplat-relaunch")
+                    if self.keep_workers and self.status == Status.running and not self._back(name):
+                        await self._correct_state()  # a new nanny for the spec's worker `name`
+                except Exception as exc:  # noqa: BLE001 - a worker that cannot start: the tuner goes on without it
+                    logger.warning("tuneplat: could not start worker %s of the embedded cluster again: %s", name, exc)
+
+        _CLUSTER = EmbeddedCluster
+    return _CLUSTER
+
+
+_CLUSTER: type | None = None
 
 
 def spawned_workers(scheduler_address: str | None) -> list[Any]:

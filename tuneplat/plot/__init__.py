@@ -32,19 +32,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._curves import plot_intermediate_values, plot_learning_curves
 from ._data import Experiment, Mark, PlotError, TrialRecord, experiment_from_events, load_experiment
+from ._history import plot_optimization_history, plot_pareto_front
+from ._lineage import plot_pbt_lineage, plot_timeline
 from ._optuna import infer_distributions, to_optuna_study
-from ._plots import (
-    param_importances,
-    plot_intermediate_values,
-    plot_learning_curves,
-    plot_optimization_history,
-    plot_parallel_coordinates,
-    plot_param_importances,
-    plot_pareto_front,
-    plot_pbt_lineage,
-    plot_timeline,
-)
+from ._params import param_importances, plot_parallel_coordinates, plot_param_importances
 
 __all__ = [
     "Experiment",

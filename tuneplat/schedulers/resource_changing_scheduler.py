@@ -11,6 +11,12 @@ starts the trial's next attempt from that checkpoint on room of the new size.
 Inside the trial ``tune.get_context().get_trial_resources()`` returns them
 (``head_cpus``: the CPUs its rank holds, and its threads use).
 
+A Train trainer's trial (or one of several ranks) has Ray Train's factory: an empty head
+bundle and one bundle per rank. New bundles restart its group from the latest checkpoint
+with one rank per bundle (``num_workers = len(bundles)``, each rank ``bundles[-1]``, as
+Ray's ``ScalingConfig.from_placement_group_factory``): ``DistributeResources(add_bundles=True)``
+adds and removes ranks.
+
 The allocation function is called as Ray calls it,
 ``fn(tune_controller, trial, result, scheduler)``: ``tune_controller`` is a
 read-only view with Ray's ``get_live_trials()``, ``get_trials()`` and
@@ -318,9 +324,15 @@ class ResourceChangingScheduler(TrialScheduler):
 
     The trainable must save a checkpoint at each report (a resized trial goes on from its
     latest one) and read its resources with ``tune.get_context().get_trial_resources()``.
-    Trials of one rank only (function trainables, ``tune.Trainable`` classes): the rank
-    holds the sum of the bundles; for groups of ranks that grow and shrink use
-    ``ScalingConfig(num_workers=(min, max))`` (docs/elastic.md).
+    A function trainable or ``tune.Trainable`` class of one rank holds the sum of the bundles
+    in its one process (as in Ray). A Train trainer's trial (``Tuner(TorchTrainer(...))``,
+    ``XGBoostTrainer``, ...) or a trial of several ranks (``ScalingConfig(num_workers=n)``)
+    has Ray Train's factory, an empty head bundle and one bundle per rank, and is read back
+    as Ray's ``ScalingConfig.from_placement_group_factory`` reads it: new bundles restart
+    the group from its latest checkpoint with one rank per bundle
+    (``DistributeResources(add_bundles=True)`` adds ranks; with ``add_bundles=False`` a
+    one-rank trainer's rank grows). Elastic groups (``num_workers=(min, max)``) are refused:
+    both would decide the ranks.
 
     Args:
         base_scheduler: the scheduler that decides on results (default: FIFO).
@@ -361,6 +373,7 @@ class ResourceChangingScheduler(TrialScheduler):
         self._controller: TuneControllerView | None = None
         self._pause_reasons: dict[str, str] = {}
         self._view: TunerView | None = None
+        self._base_settled = False  # the first trial's base was read after it started (its own shape known)
 
     # -- what the tuner reads of the base scheduler
     @property
@@ -408,13 +421,24 @@ class ResourceChangingScheduler(TrialScheduler):
         """The tuner hands its read-only view once the experiment is set up (before any new result).
 
         Raises:
-            ValueError: the experiment's trials have several ranks.
+            ValueError: the trials are elastic groups, or have several ranks and the allocation function is a
+                :class:`DistributeResources` with ``add_bundles=False`` (which grows one bundle only).
         """
-        if view.world_size > 1 or view.min_world_size is not None:
+        if view.min_world_size is not None:
             raise ValueError(
-                f"ResourceChangingScheduler changes the resources of trials of one rank; this experiment's trials "
-                f"have {view.world_size} ranks (ScalingConfig(num_workers=...)). For groups of ranks that grow and "
-                "shrink with the cluster use ScalingConfig(num_workers=(min, max)) (docs/elastic.md).")
+                f"ResourceChangingScheduler and an elastic ScalingConfig(num_workers=({view.min_world_size}, "
+                f"{view.world_size})) would both decide how many ranks a trial runs. Use one of them: "
+                "ScalingConfig(num_workers=n) with ResourceChangingScheduler(resources_allocation_function="
+                "DistributeResources(add_bundles=True)) to give trials ranks as the scheduler decides (from their "
+                "checkpoints), or the elastic group alone to grow and shrink with the cluster (docs/elastic.md).")
+        fn = self._resources_allocation_function
+        if isinstance(fn, DistributeResources) and not fn.add_bundles and view.world_size > 1:
+            raise ValueError(
+                f"ResourceChangingScheduler: {type(fn).__name__}(add_bundles=False) (the default) grows a trial's "
+                f"one bundle, and this experiment's trials have {view.world_size} ranks, one bundle each "
+                f"(ScalingConfig(num_workers={view.world_size})). Pass resources_allocation_function="
+                f"{type(fn).__name__}(add_bundles=True) to add or remove ranks, or use num_workers=1 to grow the "
+                "resources of one rank.")
         self._view = view
         self._controller = TuneControllerView(view)
         if self._base_trial_resources is None and view.trials:  # (a restore: the first trial's configured ones)
@@ -441,15 +465,18 @@ class ResourceChangingScheduler(TrialScheduler):
         trial = self._view.by_id.get(trial_id)
         if trial is None:
             return decision
+        self._check_base(trial)
         new = self.reallocate_trial_resources_if_needed(self._controller, trial, dict(result))
         if new is None:
             return decision
         self._reallocated_trial_ids.add(trial_id)
         fn = self._resources_allocation_function
+        per_rank = trial.bundle_per_rank
         why = (f"ResourceChangingScheduler: {getattr(fn, '__qualname__', type(fn).__name__)} gave "
-               f"{_spell(new.required_resources)} (had {_spell(trial.placement_group_factory.required_resources)})")
+               f"{_describe(new, per_rank)} (had {_describe(trial.placement_group_factory, per_rank)})")
         self._pause_reasons[trial_id] = why
-        self._actions.append(Resume(trial_id, resources={"bundles": new.bundles, "strategy": new.strategy,
+        head: Bundles = [{}] if new.head_bundle_is_empty else []  # (Ray's empty head bundle: part of its equality)
+        self._actions.append(Resume(trial_id, resources={"bundles": head + new.bundles, "strategy": new.strategy,
                                                          "reason": why}))
         logger.info("tuneplat: trial %s pauses to restart with %s", trial_id, new)
         return Decision.PAUSE
@@ -488,7 +515,12 @@ class ResourceChangingScheduler(TrialScheduler):
                     setattr(fn, attr, value)
                 except AttributeError:  # (a builtin or a frozen object: it does without)
                     pass
-        new = fn(tune_controller, trial, result, self)
+        try:
+            new = fn(tune_controller, trial, result, self)
+        except Exception as exc:  # noqa: BLE001 - the function's failure fails this trial, not the experiment
+            raise TypeError(f"ResourceChangingScheduler: resources_allocation_function "
+                            f"{getattr(fn, '__qualname__', type(fn).__name__)!r} raised {type(exc).__name__}: {exc} "
+                            f"for trial {trial.trial_id} (which has {trial.placement_group_factory})") from exc
         if new is None:
             return None
         if isinstance(new, Mapping) and not isinstance(new, PlacementGroupFactory):
@@ -502,6 +534,23 @@ class ResourceChangingScheduler(TrialScheduler):
             return None
         return new
 
+    def _check_base(self, trial: Trial) -> None:
+        """Ray's rule: every trial starts with the first trial's resources (a trial of its own shape, from
+        ``with_resources(fn, resources_fn)`` or a searched ScalingConfig, is known once it started).
+
+        Raises:
+            TypeError: the trial was configured with other resources than the first trial (that trial fails).
+        """
+        first = self._view.trials[0] if self._view is not None and self._view.trials else None
+        if first is not None and first.attempts and not getattr(self, "_base_settled", False):
+            self._base_trial_resources = _configured(first)  # (its own shape is known now that it started)
+            self._base_settled = True
+        base = self._base_trial_resources
+        if base is not None and _configured(trial) != base:
+            raise TypeError(f"ResourceChangingScheduler doesn't support trials with varying base resources (as in "
+                            f"Ray). First trial had {base}, trial {trial.trial_id} has {_configured(trial)}: give "
+                            "every trial the same resources (one with_resources() value or ScalingConfig).")
+
     def _bad_return(self, trial: Trial, value: Any, detail: str) -> str:
         fn = self._resources_allocation_function
         return (f"ResourceChangingScheduler: resources_allocation_function "
@@ -511,9 +560,23 @@ class ResourceChangingScheduler(TrialScheduler):
 
 
 def _configured(trial: Trial) -> PlacementGroupFactory:
-    """A trial's resources as configured (before any change): one bundle per rank."""
+    """A trial's resources as configured (before any change): one bundle, or Ray Train's trainer form (an empty
+    head bundle and one bundle per rank) for a trainer's trial or one of several ranks."""
     base = {k: v for k, v in (trial.base_resources or {"CPU": 1.0}).items() if not k.startswith("GPU_")}
-    return PlacementGroupFactory([base if any(base.values()) else {"CPU": 1.0}] * (trial.world_size or 1))
+    base = base if any(base.values()) else {"CPU": 1.0}
+    if trial.bundle_per_rank:
+        return PlacementGroupFactory([{}] + [base] * trial.configured_ranks, trial.placement_strategy)
+    return PlacementGroupFactory([base])
+
+
+def _describe(pgf: PlacementGroupFactory, per_rank: bool) -> str:
+    """``{CPU: 3}``, or ``2 ranks of {CPU: 1}`` for a trial of one bundle per rank."""
+    if not per_rank:
+        return _spell(pgf.required_resources)
+    bundles = pgf.bundles
+    if all(b == bundles[-1] for b in bundles):
+        return f"{len(bundles)} rank{'s' if len(bundles) != 1 else ''} of {_spell(bundles[-1])}"
+    return " + ".join(_spell(b) for b in bundles)
 
 
 def _spell(resources: Mapping[str, float]) -> str:

@@ -95,7 +95,9 @@ class BasicVariantGenerator(Searcher):
         self._seed = random_state
         self._space: Mapping[str, Any] = {}
         self._rng = random.Random(random_state)
-        self._pending: list[dict[str, Any]] = []
+        #: configs drawn and not suggested yet, each with its grid combination and preset point
+        self._pending: list[tuple[dict[str, Any], dict[Any, Any], dict[str, Any] | None]] = []
+        self._resolved: tuple[dict[Any, Any], dict[str, Any] | None] | None = None
         self._num_samples = 1
         self._sample_index = 0
         self._live: set[str] = set()
@@ -142,10 +144,22 @@ class BasicVariantGenerator(Searcher):
                 self._pending = []
                 for g in grid:
                     self._rng.setstate(state)
-                    self._pending.append(resolve(self._space, g, self._rng, point))
+                    self._pending.append((resolve(self._space, g, self._rng, point), g, point))
             else:
-                self._pending = [resolve(self._space, g, self._rng, point) for g in grid]
-        return self._pending.pop(0)
+                self._pending = [(resolve(self._space, g, self._rng, point), g, point) for g in grid]
+        config, g, point = self._pending.pop(0)
+        self._resolved = (g, point)
+        return config
+
+    def resolved_paths(self) -> tuple[tuple[Any, ...], ...]:
+        """The key paths the last suggested config resolved (grid values, sampled domains; not constants nor what a
+        ``points_to_evaluate`` point fixed): what its ``experiment_tag`` shows, as Ray's."""
+        if self._resolved is None:
+            return ()
+        from ._tags import resolved_paths
+
+        grid, point = self._resolved
+        return resolved_paths(self._space, grid, point)
 
     def is_finished(self) -> bool:
         """Every configuration has been suggested (Ray's ``is_finished``): known without asking for another."""

@@ -36,32 +36,46 @@ Nested keys become Optuna parameter names joined with ``"/"`` (``{"opt":
 {"lr": ...}}`` → ``"opt/lr"``) and are rebuilt into nested configs.
 """
 
-from __future__ import annotations
-
-import contextlib
 import copy
 import logging
-import math
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from decimal import Decimal
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
+from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
-from schedulers import Decision, TrialScheduler
-
-from ._domains import Categorical, Domain, Float, Function, Integer, Normal, q_range
+from . import _optuna_samplers, _optuna_space
+from ._optuna_pruner import OptunaPrunerScheduler
+from ._optuna_samplers import _SAMPLER_NAMES, OOM_ATTR, _resume_seed, make_sampler, oom_constraints
+from ._optuna_space import (
+    _as_float,
+    _copy_containers,
+    _deep_merge,
+    _flatten_point,
+    _has_search_leaves,
+    _Leaf,
+    _leaves,
+    _lookup,
+    _set,
+    _unflatten,
+    convert_space,
+)
+from ._optuna_state import (
+    JOURNAL_FILE,
+    STUDY_NAME,
+    TRIAL_ID_ATTR,
+    _names_damaged,
+    journal_storage,
+    journal_trials,
+    read_saved,
+    saved_trials,
+    write_saved,
+)
 from ._searcher import Searcher
-from ._space import _strip, format_path, is_grid, iter_leaves, validate_space
+from ._space import _strip
 
 __all__ = [
     "JOURNAL_FILE",
@@ -74,312 +88,23 @@ __all__ = [
     "oom_constraints",
 ]
 
-#: File name of the Optuna journal inside the experiment folder.
-JOURNAL_FILE = "optuna_journal.log"
-#: Name of the study in the journal.
-STUDY_NAME = "tuneplat"
-#: what OptunaSearch.save() writes (JSON: a file a user hands back is never unpickled)
-_SAVE_FORMAT = "tuneplat-optuna-search/1"
-#: User attribute of each Optuna trial holding the tuneplat trial id.
-TRIAL_ID_ATTR = "tuneplat_trial_id"
-
 logger = logging.getLogger("tuneplat")
 
-_PRIMITIVES = (type(None), bool, int, float, str)
-_SAMPLER_NAMES = ("tpe", "cmaes", "gp", "qmc", "random", "nsgaii")
 _FINISHED_STATUSES = ("TERMINATED", "ERROR")
 
-
-# --------------------------------------------------------------------------
-# space conversion
-# --------------------------------------------------------------------------
-class _Leaf:
-    """One searched parameter: Optuna name, key path, distribution, value mapping."""
-
-    __slots__ = ("name", "path", "distribution", "post", "pre")
-
-    def __init__(self, name: str, path: tuple[Any, ...], distribution: BaseDistribution,
-                 post: Callable[[Any], Any] | None = None, pre: Callable[[Any], Any] | None = None) -> None:
-        self.name = name
-        self.path = path
-        self.distribution = distribution
-        self.post = post  # Optuna value -> config value
-        self.pre = pre  # config value -> Optuna value (points_to_evaluate)
+#: private names this module defined before they moved: the saved Tuner (``tuner.pkl``, cloudpickle) of an
+#: experiment run then refers to them here (a searcher's ``_Leaf`` objects and their value mappings)
+_MOVED = {**dict.fromkeys(("_PRIMITIVES", "_categorical", "_convert_leaf", "_k_times_q", "_param_name", "_q_grid",
+                            "_refuse", "_snap"), _optuna_space), "_require": _optuna_samplers}
 
 
-def _param_name(path: tuple[Any, ...]) -> str:
-    return "/".join(str(p) for p in path)
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(module, name)
 
 
-def _q_grid(lower: float, upper: float, q: float, integer: bool) -> tuple[Any, Any]:
-    """Smallest and largest multiple of ``q`` in ``[lower, upper]`` (the domain's grid).
-
-    Float bounds are computed in decimal (``3 * 0.1 -> 0.3``, not
-    ``0.30000000000000004``) so that Optuna accepts ``high - low`` as a
-    multiple of ``step``.
-    """
-    k_lo, k_hi = q_range(lower, upper, q)
-    if integer:
-        return int(k_lo * q), int(k_hi * q)
-    return _k_times_q(k_lo, q), _k_times_q(k_hi, q)
-
-
-def _k_times_q(k: int, q: float) -> float:
-    return float(Decimal(k) * Decimal(str(q)))
-
-
-def _snap(q: float, low: float, high: float, integer: bool) -> Callable[[Any], Any]:
-    """Optuna value -> nearest multiple of ``q`` in ``[low, high]`` (log + q domains)."""
-    k_lo, k_hi = round(low / q), round(high / q)
-
-    def post(value: Any) -> Any:
-        k = min(max(round(value / q), k_lo), k_hi)
-        return int(k * q) if integer else _k_times_q(k, q)
-
-    return post
-
-
-def _refuse(path: tuple[Any, ...], what: str, instead: str) -> ValueError:
-    return ValueError(f"OptunaSearch cannot search {format_path(path)} = {what}: {instead}")
-
-
-def _convert_leaf(path: tuple[Any, ...], value: Any, allow_grid: bool) -> _Leaf:
-    name = _param_name(path)
-    if isinstance(value, BaseDistribution):
-        return _Leaf(name, path, value)
-    if is_grid(value):
-        if not allow_grid:
-            raise _refuse(
-                path, f"grid_search({value['grid_search']!r})",
-                "a model-based Optuna sampler cannot run an exhaustive grid. Use "
-                "tune.choice([...]) to let the sampler pick among the values, pass "
-                "sampler=optuna.samplers.GridSampler(...)/BruteForceSampler(), or use "
-                "BasicVariantGenerator for grid search.",
-            )
-        return _categorical(name, path, list(value["grid_search"]))
-    if isinstance(value, Function):
-        raise _refuse(
-            path, repr(value),
-            "Optuna cannot model values computed by sample_from. Pass a define-by-run "
-            "function instead: OptunaSearch(space=lambda trial: {...}) computing the value "
-            "from trial.suggest_*() results (return it in the dict as a constant).",
-        )
-    if isinstance(value, Normal):
-        raise _refuse(
-            path, repr(value),
-            "Optuna has no unbounded normal distribution. Use a bounded domain such as "
-            f"tune.uniform({value.mean!r} - 3 * {value.sd!r}, {value.mean!r} + 3 * {value.sd!r}).",
-        )
-    if isinstance(value, Float):
-        if value.q is not None:
-            low, high = _q_grid(value.lower, value.upper, value.q, integer=False)
-            if value.log:
-                return _Leaf(name, path, FloatDistribution(low, high, log=True),
-                             post=_snap(value.q, low, high, integer=False))
-            return _Leaf(name, path, FloatDistribution(low, high, step=value.q))
-        high = math.nextafter(value.upper, -math.inf)
-        return _Leaf(name, path, FloatDistribution(value.lower, high, log=bool(value.log)))
-    if isinstance(value, Integer):
-        if value.q is not None:
-            low, high = _q_grid(value.lower, value.upper, value.q, integer=True)
-            if value.log:
-                return _Leaf(name, path, IntDistribution(low, high, log=True),
-                             post=_snap(value.q, low, high, integer=True))
-            return _Leaf(name, path, IntDistribution(low, high, step=value.q))
-        return _Leaf(name, path, IntDistribution(value.lower, value.upper - 1, log=bool(value.log)))
-    if isinstance(value, Categorical):
-        return _categorical(name, path, list(value.categories))
-    raise _refuse(path, repr(value), f"{type(value).__name__} domains are not supported by OptunaSearch.")
-
-
-def _categorical(name: str, path: tuple[Any, ...], values: list[Any]) -> _Leaf:
-    if all(isinstance(v, _PRIMITIVES) for v in values):
-        return _Leaf(name, path, CategoricalDistribution(values))
-
-    def pre(value: Any) -> int:
-        for i, v in enumerate(values):
-            if v is value or v == value:
-                return i
-        raise ValueError(f"{value!r} is not one of the choices {values!r} of {format_path(path)}")
-
-    return _Leaf(name, path, CategoricalDistribution(list(range(len(values)))),
-                 post=values.__getitem__, pre=pre)
-
-
-def convert_space(space: Mapping[str, Any], allow_grid: bool = False) -> dict[str, BaseDistribution]:
-    """``param_space`` → ``{flattened name: Optuna distribution}`` (constants left out).
-
-    Raises:
-        SearchSpaceError: invalid domain arguments (``validate_space``).
-        ValueError: a domain Optuna cannot express, naming its key path.
-
-    Example:
-        >>> from tuneplat.search import randint
-        >>> convert_space({"model": {"depth": randint(1, 5)}})
-        {'model/depth': IntDistribution(high=4, log=False, low=1, step=1)}
-    """
-    return {leaf.name: leaf.distribution for leaf in _leaves(space, allow_grid)}
-
-
-def _leaves(space: Mapping[str, Any], allow_grid: bool) -> list[_Leaf]:
-    validate_space(space)
-    return [
-        _convert_leaf(path, value, allow_grid)
-        for path, value in iter_leaves(space)
-        if isinstance(value, (Domain, BaseDistribution)) or is_grid(value)
-    ]
-
-
-def _has_search_leaves(space: Mapping[str, Any] | None) -> bool:
-    if not space:
-        return False
-    return any(isinstance(v, (Domain, BaseDistribution)) or is_grid(v) for _, v in iter_leaves(space))
-
-
-def _set(node: Any, path: tuple[Any, ...], value: Any) -> None:
-    for p in path[:-1]:
-        child = node.get(p) if isinstance(node, dict) else node[p]
-        if child is None and isinstance(node, dict):
-            child = node[p] = {}
-        node = child
-    node[path[-1]] = value
-
-
-def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _deep_merge(base[key], value)
-        else:
-            base[key] = value
-    return base
-
-
-def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        parts = str(key).split("/")
-        node = out
-        for p in parts[:-1]:
-            nxt = node.get(p)
-            if not isinstance(nxt, dict):
-                nxt = node[p] = {}
-            node = nxt
-        node[parts[-1]] = value
-    return out
-
-
-def _flatten_point(point: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in point.items():
-        if isinstance(value, Mapping) and value and not is_grid(value):
-            for sub, v in _flatten_point(value).items():
-                out[f"{key}/{sub}"] = v
-        else:
-            out[str(key)] = value
-    return out
-
-
-def _lookup(point: Mapping[str, Any], leaf: _Leaf) -> tuple[bool, Any]:
-    """``point``'s value for ``leaf``: by flattened name, else by nested key path."""
-    if leaf.name in point:
-        return True, point[leaf.name]
-    node: Any = point
-    for p in leaf.path:
-        if isinstance(node, Mapping) and p in node:
-            node = node[p]
-        elif isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node):
-            node = node[p]
-        else:
-            return False, None
-    return True, node
-
-
-def _copy_containers(value: Any) -> Any:
-    """Copy of the dict/list structure; other values are shared (cheap per suggestion)."""
-    if isinstance(value, dict):
-        return {k: _copy_containers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_containers(v) for v in value]
-    return value
-
-
-def _as_float(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
-
-
-# --------------------------------------------------------------------------
-# samplers
-# --------------------------------------------------------------------------
-def _require(module: str, sampler: str, pip: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise ImportError(f'sampler="{sampler}" needs the {module!r} package: pip install {pip}')
-
-
-#: user attribute set on an Optuna trial whose tuneplat trial ran out of memory (1.0)
-OOM_ATTR = "tuneplat_oom"
-
-
-def oom_constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
-    """A ``constraints_func`` for Optuna's samplers before 5.0: a trial that ran out of memory is infeasible.
-
-    With Optuna >= 5 nothing is needed: an out-of-memory trial gets ``trial.set_constraint("oom", 1.0)``
-    (any sampler that handles constraints reads it). On older Optuna, pass this to the sampler you give
-    :class:`OptunaSearch`, e.g.
-    ``OptunaSearch(sampler=optuna.samplers.NSGAIISampler(constraints_func=oom_constraints))`` (TPE, NSGA-II,
-    NSGA-III and GP samplers take one). Optuna reads values ``<= 0`` as feasible: 1.0 for an out-of-memory
-    trial, 0.0 otherwise.
-    """
-    return [float(trial.user_attrs.get(OOM_ATTR, 0.0))]
-
-
-def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
-    """An Optuna sampler from its short name, seeded with ``seed``."""
-    key = name.lower()
-    if key == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    if key == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if key == "nsgaii":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    if key == "cmaes":
-        _require("cmaes", "cmaes", "cmaes")
-        return optuna.samplers.CmaEsSampler(seed=seed)
-    if key == "qmc":
-        _require("scipy", "qmc", "scipy")
-        return optuna.samplers.QMCSampler(seed=seed)
-    if key == "gp":
-        _require("scipy", "gp", "scipy torch")
-        _require("torch", "gp", "scipy torch")
-        return optuna.samplers.GPSampler(seed=seed)
-    raise ValueError(
-        f"The value of `sampler` is {name!r}, but must be an optuna.samplers.BaseSampler "
-        f"or one of {', '.join(repr(n) for n in _SAMPLER_NAMES)}."
-    )
-
-
-def _resume_seed(seed: int | None, n_trials: int) -> int | None:
-    """Seed for a sampler continuing a study that already has ``n_trials`` trials.
-
-    Re-using ``seed`` would replay the random start-up draws of the first
-    trials; mixing in the trial count keeps resumed runs deterministic
-    without repeating configs.
-    """
-    if seed is None or n_trials == 0:
-        return seed
-    return (int(seed) * 1_000_003 + n_trials) % (2**32)
-
-
-# --------------------------------------------------------------------------
-# the searcher
-# --------------------------------------------------------------------------
 class OptunaSearch(Searcher):
     """Search with an Optuna sampler (TPE by default), as Ray Tune's ``OptunaSearch``.
 
@@ -548,13 +273,7 @@ class OptunaSearch(Searcher):
                              else self._user_storage)
             experiment_dir = None
         elif experiment_dir:
-            from optuna.storages import JournalStorage
-            from optuna.storages.journal import JournalFileBackend
-
-            os.makedirs(experiment_dir, exist_ok=True)
-            journal = os.path.join(os.fspath(experiment_dir), JOURNAL_FILE)
-            with _names_damaged(journal, "Optuna's journal of this experiment's study"):
-                self._storage = JournalStorage(JournalFileBackend(journal))
+            self._storage, journal = journal_storage(experiment_dir)
         else:
             self._storage = optuna.storages.InMemoryStorage()
         existing = 0
@@ -831,54 +550,17 @@ class OptunaSearch(Searcher):
             >>> fresh = OptunaSearch(metric="loss", mode="min")  # doctest: +SKIP
             >>> fresh.restore("./optuna-state.json")  # doctest: +SKIP
         """
-        import json
-
-        from optuna.distributions import distribution_to_json
-
-        finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        trials = []
-        for t in self.study.get_trials(deepcopy=False, states=finished):
-            trials.append({"state": t.state.name, "values": t.values, "params": t.params,
-                           "distributions": {k: distribution_to_json(d) for k, d in t.distributions.items()},
-                           "intermediate_values": {str(k): v for k, v in t.intermediate_values.items()},
-                           "user_attrs": {k: v for k, v in t.user_attrs.items() if k != TRIAL_ID_ATTR}})
-        state = {"format": _SAVE_FORMAT, "metric": self.metric, "mode": self.mode, "trials": trials}
-        path = os.fspath(checkpoint_path)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(state, f)
-        os.replace(tmp, path)
+        write_saved(self.study, self.metric, self.mode, checkpoint_path)
 
     def restore(self, checkpoint_path: str) -> None:
         """Add the trials :meth:`save` wrote to this searcher's study (a warm start; no pickle is read)."""
-        import json
-
         path = os.fspath(checkpoint_path)
-        try:
-            with open(path) as f:
-                state = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path} is not a file written by OptunaSearch.save() (not JSON: {exc}); Ray's "
-                             "pickled searcher-state files cannot be read here: run the search again, or "
-                             "restore_from_dir() a tuneplat experiment folder") from None
-        if not isinstance(state, dict) or state.get("format") != _SAVE_FORMAT:
-            raise ValueError(f"{path} is not a file written by OptunaSearch.save() (format {_SAVE_FORMAT!r})")
+        state = read_saved(path)
         if self.metric is None:
             self.metric = state.get("metric")
         if self.mode is None:
             self.mode = state.get("mode")
-        from optuna.distributions import json_to_distribution
-
-        frozen = []
-        with _names_damaged(path, "a file written by OptunaSearch.save()"):
-            for t in state.get("trials", []):
-                frozen.append(optuna.trial.create_trial(
-                    state=TrialState[t["state"]], values=t.get("values"), params=t["params"],
-                    distributions={k: json_to_distribution(d) for k, d in t["distributions"].items()},
-                    intermediate_values={int(k): v for k, v in (t.get("intermediate_values") or {}).items()},
-                    user_attrs=t.get("user_attrs") or {}))
-        self._add_warm(frozen)
+        self._add_warm(saved_trials(path, state))
 
     def restore_from_dir(self, checkpoint_dir: str) -> None:
         """Warm-start from the study of an earlier experiment: its folder (``storage_path/name``).
@@ -886,24 +568,8 @@ class OptunaSearch(Searcher):
         Reads that folder's ``optuna_journal.log`` (Optuna's own journal format)
         and adds its finished trials to this searcher's study.
         """
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
         folder = os.path.expanduser(os.fspath(checkpoint_dir))
-        journal = os.path.join(folder, JOURNAL_FILE)
-        if not os.path.isfile(journal):
-            raise FileNotFoundError(f"{folder} has no {JOURNAL_FILE}: give the folder of an experiment that ran "
-                                    "OptunaSearch (storage_path/name), or a file written by OptunaSearch.save() "
-                                    "to restore()")
-        with _names_damaged(journal, "Optuna's journal of that experiment's study"):
-            old = optuna.load_study(study_name=STUDY_NAME, storage=JournalStorage(JournalFileBackend(journal)))
-            done = old.get_trials(deepcopy=True, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-        trials = []
-        for t in done:
-            attrs = {k: v for k, v in t.user_attrs.items() if k != TRIAL_ID_ATTR}
-            trials.append(optuna.trial.create_trial(
-                state=t.state, values=t.values, params=t.params, distributions=t.distributions,
-                intermediate_values=t.intermediate_values, user_attrs=attrs))
+        trials = journal_trials(folder)
         if self.metric is None and self.mode is None and trials:
             logger.info("tuneplat: OptunaSearch.restore_from_dir(%s): metric and mode come from the Tuner", folder)
         self._add_warm(trials)
@@ -917,131 +583,3 @@ class OptunaSearch(Searcher):
 
     def close(self) -> None:
         self._ot_trials.clear()
-
-
-# --------------------------------------------------------------------------
-# pruner adapter
-# --------------------------------------------------------------------------
-class OptunaPrunerScheduler(TrialScheduler):
-    """Runs an Optuna pruner (``MedianPruner``, ``HyperbandPruner``, ...) as a trial scheduler.
-
-    The scheduler keeps its **own** in-memory Optuna study (independent of
-    any ``OptunaSearch``) with one Optuna trial per tuneplat trial: every
-    result's metric is reported at step ``result[time_attr]`` and the pruner's
-    ``prune(study, trial)`` answer becomes ``Decision.STOP`` (True) or
-    ``Decision.CONTINUE``. Completed trials are told COMPLETE with their last
-    metric value (pruners such as ``MedianPruner`` compare with completed
-    trials), stopped ones PRUNED, failed ones FAIL. A result without the
-    metric or ``time_attr`` is ignored (CONTINUE); a NaN/non-numeric metric is
-    reported as NaN, which Optuna's pruners prune.
-
-    When the tuner ends a trial because of a STOP from this scheduler it
-    should call ``searcher.on_trial_complete(..., pruned=True)``.
-
-    Args:
-        pruner: An ``optuna.pruners.BasePruner``.
-        metric: Metric (single objective) or from ``TuneConfig``.
-        mode: ``"min"``/``"max"`` or from ``TuneConfig``.
-        time_attr: Result key used as the Optuna step (``training_iteration``).
-
-    Example:
-        >>> import optuna
-        >>> s = OptunaPrunerScheduler(optuna.pruners.MedianPruner(), metric="loss", mode="min")
-    """
-
-    name = "optuna_pruner"
-
-    def __init__(self, pruner: optuna.pruners.BasePruner, metric: str | None = None, mode: str | None = None,
-                 time_attr: str = "training_iteration") -> None:
-        if not isinstance(pruner, optuna.pruners.BasePruner):
-            raise TypeError(f"`pruner` must be an optuna.pruners.BasePruner, got {pruner!r}")
-        if isinstance(metric, (list, tuple)):
-            raise ValueError("OptunaPrunerScheduler is single-objective: Optuna pruners do not "
-                             "support multi-objective studies. Pass one metric.")
-        super().__init__(metric, mode)
-        self.pruner = pruner
-        self.time_attr = time_attr
-        self._study: optuna.Study | None = None
-        self._trials: dict[str, optuna.trial.Trial] = {}
-        self._stopped: set[str] = set()
-
-    @property
-    def study(self) -> optuna.Study:
-        """The scheduler's own in-memory study (created once the mode is known)."""
-        if self._study is None:
-            if self.mode not in ("min", "max"):
-                raise ValueError("OptunaPrunerScheduler needs a metric and a mode: pass them to the "
-                                 "scheduler or to TuneConfig(metric=..., mode=...).")
-            self._study = optuna.create_study(
-                direction="minimize" if self.mode == "min" else "maximize",
-                pruner=self.pruner, sampler=optuna.samplers.RandomSampler(seed=0),
-            )
-        return self._study
-
-    def set_objective(self, metric: str | list[str] | None, mode: str | list[str] | None) -> None:
-        if isinstance(metric, (list, tuple)):
-            raise ValueError("OptunaPrunerScheduler is single-objective: Optuna pruners do not "
-                             "support multi-objective studies.")
-        super().set_objective(metric, mode)
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "pruner": type(self.pruner).__name__, "time_attr": self.time_attr}
-
-    def on_trial_add(self, trial_id: str, config: Mapping[str, Any]) -> None:
-        super().on_trial_add(trial_id, config)
-        if trial_id not in self._trials:
-            trial = self.study.ask()
-            trial.set_user_attr(TRIAL_ID_ATTR, trial_id)
-            self._trials[trial_id] = trial
-
-    def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
-        self._require_known(trial_id)
-        if trial_id in self._stopped:
-            return Decision.STOP
-        trial = self._trials[trial_id]
-        step = result.get(self.time_attr)
-        if not isinstance(self.metric, str) or self.metric not in result or step is None or isinstance(step, bool):
-            return Decision.CONTINUE
-        try:
-            step_int = int(step)
-        except (TypeError, ValueError):
-            return Decision.CONTINUE
-        value = _as_float(result.get(self.metric))
-        trial.report(math.nan if value is None else value, step_int)
-        if trial.should_prune():
-            self._stopped.add(trial_id)
-            shown = "NaN" if value is None else f"{value:.4g}"
-            return self._record_stop(
-                trial_id, f"pruned by {type(self.pruner).__name__} at {self.time_attr}={step_int}: "
-                          f"{self.metric}={shown}")
-        return Decision.CONTINUE
-
-    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None) -> None:
-        trial = self._trials.get(trial_id)
-        if trial is None:
-            return
-        if trial_id in self._stopped:
-            self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
-            return
-        value = _as_float(result.get(self.metric)) if result is not None and self.metric else None
-        if value is None:
-            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-        else:
-            self.study.tell(trial, value, skip_if_finished=True)
-
-    def on_trial_error(self, trial_id: str) -> None:
-        trial = self._trials.get(trial_id)
-        if trial is not None:
-            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-
-
-@contextlib.contextmanager
-def _names_damaged(path: str, what: str) -> Iterator[None]:
-    """Errors reading ``path`` (damaged, truncated, edited) become a ValueError naming the file and what it is."""
-    try:
-        yield
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, AssertionError) as exc:
-        if isinstance(exc, OSError) and not isinstance(exc, (UnicodeError,)) and exc.filename:
-            raise  # (an OSError already names its file)
-        raise ValueError(f"{path}: cannot read {what}: it is damaged ({type(exc).__name__}: {exc}). Restore it "
-                         "from a backup, or move it aside (the search then starts without that state)") from exc

@@ -1,232 +1,82 @@
-"""Crash-safe file operations for checkpoints, and where experiments are stored.
+"""Where experiments are stored (a local folder, or an fsspec filesystem and a local cache), and the checkpoint
+stores the tuner commits through.
 
-A checkpoint is copied into ``<trial_dir>/.staging_<name>/`` by each rank
-(every file written under a temporary name, fsynced, then renamed into
-place), then committed by the tuner with one atomic ``rename`` of the folder
-to ``<trial_dir>/<name>/``. A crash at any moment therefore leaves either the
-previous checkpoints only, or the new one whole; never a partial folder under
-a final ``checkpoint_*`` name. Staging folders left by a crash are removed by
-:func:`clean_staging` (called when a trial starts) and :func:`list_checkpoints`.
-
-Replacing an existing checkpoint of the same name (a retry that reaches the
-same iteration again) moves the old one aside to ``.trash_<name>`` first; if a
-crash strikes between the two renames, :func:`clean_staging` puts the old one
-back.
+The commit protocols themselves are in :mod:`._local` (one ``rename``) and
+:mod:`._remote` (a manifest written last); this module also gives their names
+to the rest of tuneplat.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import secrets
 import shutil
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import unquote, urlparse
 
-from .._settings import env_seconds, env_str
+from .._settings import env_str
+from ._local import (
+    _TMP_MARK,
+    PREFIX,
+    checkpoint_name,
+    clean_staging,
+    commit_checkpoint,
+    fsync_dir,
+    list_checkpoints,
+    retain,
+    stage_checkpoint,
+    staging_dir,
+)
+from ._remote import (
+    MANIFEST,
+    ExperimentSync,
+    _refresh,
+    _strip,
+    fetch_experiment,
+    fs_for_url,
+    remote_clean_staging,
+    remote_commit_checkpoint,
+    remote_copy_checkpoint,
+    remote_delete_checkpoint,
+    remote_download,
+    remote_is_committed,
+    remote_stage_checkpoint,
+    rjoin,
+)
 
 __all__ = [
+    "MANIFEST",
+    "PREFIX",
     "CheckpointStore",
+    "ExperimentSync",
     "FsspecCheckpointStore",
     "LocalCheckpointStore",
+    "Storage",
     "checkpoint_name",
     "clean_staging",
     "commit_checkpoint",
+    "fetch_experiment",
+    "fs_for_url",
     "fsync_dir",
+    "is_remote",
     "list_checkpoints",
+    "local_cache_for",
+    "remote_clean_staging",
+    "remote_commit_checkpoint",
+    "remote_download",
+    "remote_is_committed",
+    "remote_stage_checkpoint",
+    "reported_checkpoints",
     "resolve_storage",
     "resolve_storage_path",
     "retain",
+    "rjoin",
     "stage_checkpoint",
     "staging_dir",
+    "write_checkpoint_metrics",
 ]
-
-PREFIX = "checkpoint_"
-STAGING = ".staging_"
-TRASH = ".trash_"
-_TMP_MARK = ".tmp-"
-
-P = TypeVar("P")
-
-
-def checkpoint_name(iteration: int) -> str:
-    return f"{PREFIX}{iteration:06d}"
-
-
-def staging_dir(trial_dir: str, name: str) -> str:
-    return os.path.join(trial_dir, f"{STAGING}{name}")
-
-
-def fsync_dir(path: str) -> None:
-    """Make a directory's entries (renames, new files) durable; a no-op where unsupported."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _copy_fsync(src: str, dst: str) -> None:
-    """Copy ``src`` to ``dst`` whole or not at all: temp name, fsync, rename.
-
-    Two ranks writing the same file name never interleave their bytes: the
-    last rename wins with one whole copy.
-    """
-    tmp = f"{dst}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        with open(src, "rb") as fi, open(tmp, "wb") as fo:
-            shutil.copyfileobj(fi, fo, 1 << 20)
-            fo.flush()
-            os.fsync(fo.fileno())
-        shutil.copymode(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def stage_checkpoint(src: str, trial_dir: str, name: str) -> str:
-    """Copy ``src``'s files (fsynced) into the staging folder of checkpoint ``name``.
-
-    Every rank of a group stages into the same folder, so the committed
-    checkpoint holds the union of the ranks' files (their shards).
-
-    Raises:
-        FileNotFoundError: ``src`` is not a directory.
-    """
-    if not os.path.isdir(src):
-        raise FileNotFoundError(f"checkpoint folder {src!r} does not exist (was it deleted before report()?)")
-    dest = staging_dir(trial_dir, name)
-    os.makedirs(dest, exist_ok=True)
-    for root, _dirs, files in os.walk(src):
-        rel = os.path.relpath(root, src)
-        target = os.path.join(dest, rel) if rel != "." else dest
-        os.makedirs(target, exist_ok=True)
-        for f in files:
-            _copy_fsync(os.path.join(root, f), os.path.join(target, f))
-        fsync_dir(target)
-    fsync_dir(trial_dir)
-    return dest
-
-
-def _drop_temp_files(folder: str) -> None:
-    """Remove ``*.tmp-*`` files a killed rank left behind while staging."""
-    for root, _dirs, files in os.walk(folder):
-        for f in files:
-            if _TMP_MARK in f:
-                try:
-                    os.unlink(os.path.join(root, f))
-                except OSError:
-                    pass
-
-
-def commit_checkpoint(trial_dir: str, name: str) -> str | None:
-    """Atomically publish staged checkpoint ``name``; None when nothing was staged."""
-    src = staging_dir(trial_dir, name)
-    if not os.path.isdir(src):
-        return None
-    _drop_temp_files(src)
-    final = os.path.join(trial_dir, name)
-    trash = os.path.join(trial_dir, f"{TRASH}{name}")
-    if os.path.exists(final):  # a retry re-reporting the same iteration: replace it
-        if os.path.exists(trash):
-            shutil.rmtree(trash)
-        os.rename(final, trash)
-    os.rename(src, final)
-    fsync_dir(trial_dir)
-    if os.path.exists(trash):
-        shutil.rmtree(trash, ignore_errors=True)
-    return final
-
-
-def clean_staging(trial_dir: str) -> None:
-    """Undo what a crash left in ``trial_dir``: drop staging folders, restore half-replaced checkpoints.
-
-    Call it only while no rank of the trial is running.
-    """
-    if not os.path.isdir(trial_dir):
-        return
-    changed = False
-    for entry in os.listdir(trial_dir):
-        path = os.path.join(trial_dir, entry)
-        if entry.startswith(STAGING):
-            shutil.rmtree(path, ignore_errors=True)
-            changed = True
-        elif entry.startswith(TRASH):
-            final = os.path.join(trial_dir, entry[len(TRASH):])
-            if os.path.exists(final):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.rename(path, final)  # the crash struck between the two renames of a replace
-            changed = True
-    if changed:  # (nothing to make durable otherwise: an fsync costs ~1-2 ms, at every trial start)
-        fsync_dir(trial_dir)
-
-
-def list_checkpoints(trial_dir: str) -> list[str]:
-    """Committed (whole) checkpoint folders, oldest first, after :func:`clean_staging`."""
-    if not os.path.isdir(trial_dir):
-        return []
-    clean_staging(trial_dir)
-    return [os.path.join(trial_dir, e) for e in sorted(os.listdir(trial_dir))
-            if e.startswith(PREFIX) and os.path.isdir(os.path.join(trial_dir, e))]
-
-
-def _score_key(metrics: Mapping[str, Any], attribute: str, order: str) -> float:
-    """Lower is better; a missing or non-finite value counts as the worst."""
-    v = metrics.get(attribute)
-    if isinstance(v, bool):
-        return math.inf
-    try:
-        f = float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.inf
-    if not math.isfinite(f):
-        return math.inf
-    return -f if order == "max" else f
-
-
-def retain(checkpoints: Sequence[P], num_to_keep: int | None, score_attribute: str | None,
-           order: str = "max") -> list[P]:
-    """Which ``(checkpoint, metrics)`` pairs (oldest first) ``CheckpointConfig`` lets go.
-
-    Ray Tune's rule: keep the best ``num_to_keep`` by ``score_attribute``
-    (``order`` "max" or "min"; ties favour the newer one; a missing or
-    non-finite score ranks worst), or the latest ``num_to_keep`` when no
-    attribute is given, and never delete the latest checkpoint, which a
-    restart resumes from (so ``num_to_keep + 1`` may stay on disk).
-
-    Returns:
-        The pairs to delete, oldest first.
-
-    Example:
-        >>> pairs = [("a", {"acc": 0.9}), ("b", {"acc": 0.5}), ("c", {"acc": 0.7}), ("d", {"acc": 0.1})]
-        >>> retain(pairs, 2, "acc", "max")
-        [('b', {'acc': 0.5})]
-    """
-    if num_to_keep is None or len(checkpoints) <= num_to_keep:
-        return []
-    indexed = list(enumerate(checkpoints))
-    if score_attribute is None:
-        keep = {i for i, _ in indexed[-num_to_keep:]}
-    else:
-        ranked = sorted(indexed, key=lambda ip: (_score_key(ip[1][1], score_attribute, order), -ip[0]))  # type: ignore[index]
-        keep = {i for i, _ in ranked[:num_to_keep]}
-    keep.add(len(checkpoints) - 1)
-    return [p for i, p in indexed if i not in keep]
 
 
 def is_remote(path: str | os.PathLike[str] | None) -> bool:
@@ -257,23 +107,6 @@ def resolve_storage_path(storage_path: str | os.PathLike[str] | None) -> str:
                              "(three slashes) or a plain folder.")
         path = unquote(url.path)
     return os.path.abspath(os.path.expanduser(path))
-
-
-# ---------------------------------------------------------------------------------------------- remote storage
-#
-# On a filesystem reached through fsspec (s3://, gs://, abfs://, sftp://, ...), the tuner keeps the experiment's
-# small files (journal, tuner.pkl, result.json per trial, Optuna's journal) in a local cache folder and uploads
-# them in the background (every TUNEPLAT_SYNC_PERIOD_S, and at the end of fit()); checkpoints go straight from
-# the ranks to the remote filesystem. The commit protocol mirrors the local one, adapted to filesystems whose
-# "rename" may be a copy (object stores): ranks upload into ``<trial>/.staging_<name>/``; once every rank of the
-# group has uploaded, the tuner moves the files to ``<trial>/<name>/`` and then writes the manifest
-# ``<trial>/<name>/.tuneplat_manifest.json`` (one atomic object write) last. A checkpoint folder without its
-# manifest is not a checkpoint: it is never loaded, and it is removed when the trial starts again.
-
-MANIFEST = ".tuneplat_manifest.json"
-#: written into a remote staging folder by every rank that staged there (see :func:`remote_stage_checkpoint`)
-STAGED_MARK = ".tuneplat_staged"
-
 
 def _metrics_file(name: str) -> str:
     """The file beside checkpoint ``name`` that holds the metrics reported with it."""
@@ -399,245 +232,6 @@ def resolve_storage(storage_path: str | os.PathLike[str] | None, storage_filesys
     fs, root = fs_for_url(os.fspath(storage_path))  # type: ignore[arg-type]
     url = fs.unstrip_protocol(root.rstrip("/"))
     return Storage(local_cache_for(url), fs, url)
-
-
-def fs_for_url(url: str) -> tuple[Any, str]:
-    """The fsspec filesystem and the path in it for ``url``, with a clear error when the protocol is unknown."""
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(url)
-    except (ImportError, ValueError) as exc:
-        scheme = urlparse(url).scheme
-        raise ValueError(f"storage_path={url!r}: fsspec cannot open {scheme}:// ({exc}). Install the fsspec "
-                         f"implementation for it (s3:// → pip install s3fs, gs:// → gcsfs, abfs:// → adlfs), or "
-                         "pass RunConfig(storage_filesystem=...) with a configured filesystem.") from exc
-    return fs, path
-
-
-def rjoin(base: str, *parts: str) -> str:
-    """Join remote path parts with '/' (a URL stays a URL)."""
-    out = base.rstrip("/")
-    for p in parts:
-        out = f"{out}/{p.strip('/')}"
-    return out
-
-
-def _strip(fs: Any, path: str) -> str:
-    return fs._strip_protocol(path).rstrip("/")
-
-
-def _rel(root: str, path: str) -> str:
-    path = path.rstrip("/")
-    return path[len(root):].lstrip("/")
-
-
-def _refresh(fs: Any, path: str) -> None:
-    """Forget cached listings: other processes (the ranks) write there."""
-    try:
-        fs.invalidate_cache(path)
-    except Exception:  # noqa: BLE001 - a filesystem without listing caches
-        pass
-
-
-def remote_stage_checkpoint(fs: Any, src: str, trial_url: str, name: str) -> None:
-    """Upload ``src``'s files into the staging folder of checkpoint ``name`` on the remote filesystem.
-
-    Every rank uploads into the same folder (the union of their shards). A
-    rank that dies halfway leaves files that are never committed: the tuner
-    commits only after every rank of the group reported the checkpoint.
-    """
-    if not os.path.isdir(src):
-        raise FileNotFoundError(f"checkpoint folder {src!r} does not exist (was it deleted before report()?)")
-    dest = rjoin(_strip(fs, trial_url), f"{STAGING}{name}")
-    # an object store has no folders: this marker says the checkpoint was staged even when it has no files (an
-    # empty folder is a checkpoint on local disk too); the commit leaves it out
-    fs.pipe_file(rjoin(dest, STAGED_MARK), b"")
-    for root, _dirs, files in os.walk(src):
-        rel = os.path.relpath(root, src)
-        for f in files:
-            target = rjoin(dest, f) if rel == "." else rjoin(dest, rel.replace(os.sep, "/"), f)
-            fs.put_file(os.path.join(root, f), target)
-
-
-def remote_is_committed(fs: Any, checkpoint_url: str) -> bool:
-    _refresh(fs, _strip(fs, checkpoint_url))
-    return bool(fs.exists(rjoin(_strip(fs, checkpoint_url), MANIFEST)))
-
-
-def remote_delete_checkpoint(fs: Any, checkpoint_url: str) -> None:
-    """Un-commit (manifest first), then delete the files."""
-    path = _strip(fs, checkpoint_url)
-    try:
-        fs.rm_file(rjoin(path, MANIFEST))
-    except FileNotFoundError:
-        pass
-    try:
-        fs.rm(path, recursive=True)
-    except FileNotFoundError:
-        pass
-    _refresh(fs, path)
-
-
-def remote_commit_checkpoint(fs: Any, trial_url: str, name: str) -> str | None:
-    """Publish staged checkpoint ``name``: move its files to ``<trial>/<name>/``, then write the manifest.
-
-    Returns the checkpoint's URL, or None when nothing was staged. Replacing
-    an existing checkpoint of that name un-commits it first, so a crash in
-    between leaves the trial at its previous checkpoint, never a mix.
-    """
-    trial = _strip(fs, trial_url)
-    staging = rjoin(trial, f"{STAGING}{name}")
-    final = rjoin(trial, name)
-    _refresh(fs, trial)
-    try:
-        files = fs.find(staging, detail=True)
-    except FileNotFoundError:
-        files = {}
-    if not files:
-        return None
-    if fs.exists(final):
-        remote_delete_checkpoint(fs, final)
-    manifest: dict[str, int] = {}
-    for path, info in sorted(files.items()):
-        rel = _rel(staging, path)
-        if rel == STAGED_MARK:
-            continue
-        fs.mv(path, rjoin(final, rel))
-        manifest[rel] = int(info.get("size") or 0)
-    fs.pipe_file(rjoin(final, MANIFEST), json.dumps({"files": manifest}).encode())
-    try:
-        fs.rm(staging, recursive=True)  # empty directories, where the filesystem has them
-    except (FileNotFoundError, OSError):
-        pass
-    _refresh(fs, trial)
-    return fs.unstrip_protocol(final)
-
-
-def remote_clean_staging(fs: Any, trial_url: str) -> None:
-    """What a crash left in a remote trial folder: staging uploads, checkpoint folders without a manifest."""
-    trial = _strip(fs, trial_url)
-    _refresh(fs, trial)
-    try:
-        entries = fs.ls(trial, detail=False)
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        base = entry.rstrip("/").rsplit("/", 1)[-1]
-        if base.startswith((STAGING, TRASH)) or (base.startswith(PREFIX) and not fs.exists(rjoin(entry, MANIFEST))):
-            try:
-                fs.rm(entry, recursive=True)
-            except FileNotFoundError:
-                pass
-    _refresh(fs, trial)
-
-
-def remote_copy_checkpoint(fs: Any, src_url: str, trial_url: str, name: str) -> str | None:
-    """Copy committed checkpoint ``src_url`` into ``trial_url`` as ``name`` (a PBT clone), committed the same way."""
-    src = _strip(fs, src_url)
-    staging = rjoin(_strip(fs, trial_url), f"{STAGING}{name}")
-    _refresh(fs, src)
-    fs.pipe_file(rjoin(staging, STAGED_MARK), b"")  # (an empty checkpoint is copied too)
-    for path in fs.find(src):
-        rel = _rel(src, path)
-        if rel != MANIFEST:
-            fs.copy(path, rjoin(staging, rel))
-    return remote_commit_checkpoint(fs, trial_url, name)
-
-
-def remote_download(fs: Any, url: str, dest: str, *,
-                    keep: Callable[[list[str]], bool] | None = None) -> str:
-    """Copy the files under remote folder ``url`` into local folder ``dest`` (the manifest left out).
-
-    ``keep`` gets each file's path parts below ``url`` and says whether to copy it.
-    """
-    root = _strip(fs, url)
-    _refresh(fs, root)
-    os.makedirs(dest, exist_ok=True)
-    for path in fs.find(root):
-        parts = _rel(root, path).split("/")
-        if parts == [MANIFEST] or (keep is not None and not keep(parts)):
-            continue
-        target = os.path.join(dest, *parts)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        fs.get_file(path, target)
-    return dest
-
-
-class ExperimentSync:
-    """Uploads an experiment's local files (journal, tuner.pkl, result.json...) to remote storage.
-
-    :meth:`maybe_sync` starts an upload in a background thread at most every
-    ``period_s`` (the tuner's loop never waits on the network); :meth:`close`
-    waits for it and uploads once more. Only files whose size or mtime changed
-    are uploaded; each upload is one whole-object write, so a reader of the
-    remote copy sees a previous or the new version of each file.
-    """
-
-    def __init__(self, local_dir: str, fs: Any, remote_dir: str, period_s: float | None = None) -> None:
-        self.local_dir = local_dir
-        self.fs = fs
-        self.remote_dir = remote_dir
-        self.period_s = env_seconds("TUNEPLAT_SYNC_PERIOD_S", 10) if period_s is None else period_s
-        self._seen: dict[str, tuple[int, float]] = {}
-        self._thread: threading.Thread | None = None
-        self._last = 0.0
-        self.error: str | None = None
-
-    def _changed(self) -> list[str]:
-        out = []
-        for root, _dirs, files in os.walk(self.local_dir):
-            for f in files:
-                if _TMP_MARK in f or f.endswith(".tmp"):
-                    continue
-                p = os.path.join(root, f)
-                try:
-                    st = os.stat(p)
-                except OSError:
-                    continue
-                key = (st.st_size, st.st_mtime)
-                if self._seen.get(p) != key:
-                    out.append(p)
-                    self._seen[p] = key
-        return out
-
-    def _upload(self, paths: list[str]) -> None:
-        try:
-            for p in paths:
-                rel = os.path.relpath(p, self.local_dir).replace(os.sep, "/")
-                with open(p, "rb") as f:
-                    data = f.read()
-                self.fs.pipe_file(rjoin(_strip(self.fs, self.remote_dir), rel), data)
-            self.error = None
-        except Exception as exc:  # noqa: BLE001 - retried at the next sync; reported at the end
-            for p in paths:
-                self._seen.pop(p, None)
-            self.error = f"{type(exc).__name__}: {exc}"
-
-    def maybe_sync(self) -> None:
-        now = time.monotonic()
-        if now - self._last < self.period_s or (self._thread is not None and self._thread.is_alive()):
-            return
-        self._last = now
-        paths = self._changed()
-        if paths:
-            self._thread = threading.Thread(target=self._upload, args=(paths,), name="tuneplat-sync", daemon=True)
-            self._thread.start()
-
-    def close(self) -> str | None:
-        """Wait for a running upload, upload what changed; returns the error of the last upload, if any."""
-        if self._thread is not None:
-            self._thread.join()
-        paths = self._changed()
-        if paths:
-            self._upload(paths)
-        return self.error
-
-
-def fetch_experiment(fs: Any, remote_dir: str, local_dir: str) -> None:
-    """Download an experiment's files (not its checkpoints) from remote storage into ``local_dir``."""
-    remote_download(fs, remote_dir, local_dir,
-                    keep=lambda parts: not any(p.startswith((PREFIX, STAGING, TRASH)) for p in parts[:-1]))
 
 
 class CheckpointStore:

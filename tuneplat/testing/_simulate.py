@@ -365,7 +365,7 @@ def simulate(experiment_path: str, scheduler: str | Any = "asha", settings: Mapp
 
 
 _AUTO = frozenset({"training_iteration", "time_total_s", "timestamp", "iterations_since_restore", "trial_id",
-                   "pid", "hostname", "done", "config"})
+                   "pid", "hostname", "done", "config", "experiment_tag"})
 
 
 def _never_called(config: dict[str, Any]) -> None:  # the executor replays recorded curves instead

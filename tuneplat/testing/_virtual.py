@@ -221,8 +221,9 @@ class VirtualTimeExecutor(_Threads, _Curves, _VState):
     def start(self, spec: TrialSpec, reservation: _VRes) -> list[str]:
         self._held[spec.trial_id] = reservation
         self.max_running = max(self.max_running, len(self._held))
+        ranks = spec.world_size or self.ctx.world_size  # (one place per rank: the journal counts a group's ranks)
         where = [f"virtual:{spec.trial_id}" + (f":gpu{','.join(str(d) for d, _ in r)}" if r else "")
-                 for r in reservation.devices] or [f"virtual:{spec.trial_id}"]
+                 for r in reservation.devices] or [f"virtual:{spec.trial_id}"] * max(1, ranks)
         self._start(spec, reservation.slots)
         return where
 

@@ -13,17 +13,16 @@ can compute partitions too.
 
 from __future__ import annotations
 
-import collections
 import logging
-import queue
-import threading
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .._session import Session, _get_session
+from ._batching import Epochs, batched, in_background, row_count
 from ._config import DataConfig
+from ._convert import batch_to_pandas, column_to_tensor, rank_device, torch_dtype
+from ._fetch import Fetcher, rank_client, slice_columns
 from ._parquet import iter_pieces
 from ._plan import Slice, epoch_order, plan_shard
 from ._source import PartitionError, Source
@@ -31,321 +30,6 @@ from ._source import PartitionError, Source
 __all__ = ["DataIterator", "PartitionError", "get_dataset_shard"]
 
 logger = logging.getLogger("tuneplat")
-
-
-# ---------------------------------------------------------------------- the rank's connection to the cluster
-_seceded: set[Any] = set()
-
-
-def _rank_client() -> Any:
-    """The Dask client of the worker this rank runs in (None outside a Dask worker).
-
-    The rank's task leaves the worker's thread pool (``distributed.secede``) the
-    first time, so that partitions can be computed on this worker while the rank
-    waits for them (workers run one task at a time in tuneplat's clusters).
-    """
-    try:
-        from distributed import get_client, get_worker, secede
-        from distributed.worker import thread_state
-
-        get_worker()
-    except (ImportError, ValueError):
-        return None
-    key = getattr(thread_state, "key", None)
-    if key is not None and key not in _seceded:
-        try:
-            secede()
-            _seceded.add(key)
-        except Exception:  # noqa: BLE001 - not the task's own thread: the worker's other threads compute
-            logger.debug("tuneplat: the rank could not secede", exc_info=True)
-    return get_client()
-
-
-class _Fetcher:
-    """Partitions asked for ahead of use, at most ``window + 1`` in flight or held."""
-
-    def __init__(self, source: Source, slices: list[Slice], window: int, client: Any) -> None:
-        self.source = source
-        self.slices = slices
-        self.window = window
-        self.client = client
-        self.pool: Any = None
-        if client is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self.pool = ThreadPoolExecutor(max_workers=max(1, window + 1), thread_name_prefix="tuneplat-data")
-
-    def _submit(self, part: int) -> Any:
-        delayed = self.source.parts()[part]
-        if self.client is not None:
-            return self.client.compute(delayed)
-        return self.pool.submit(lambda: delayed.compute(scheduler="sync"))
-
-    def __iter__(self) -> Iterator[tuple[Slice, Any]]:
-        pending: collections.deque[tuple[Slice, Any]] = collections.deque()
-        todo = iter(self.slices)
-        try:
-            for s in todo:
-                pending.append((s, self._submit(s.part)))
-                if len(pending) > self.window:
-                    break
-            while pending:
-                s, fut = pending.popleft()
-                nxt = next(todo, None)
-                if nxt is not None:
-                    pending.append((nxt, self._submit(nxt.part)))
-                try:
-                    value = fut.result()
-                except Exception as exc:
-                    n = self.source.npartitions
-                    raise PartitionError(f"dataset {self.source.name!r} ({self.source.label}): computing partition "
-                                         f"{s.part} (of {n}) failed: {type(exc).__name__}: {exc}") from exc
-                del fut  # the cluster forgets it once this rank has it
-                yield s, value
-                del value
-        finally:
-            for _, fut in pending:
-                cancel = getattr(fut, "cancel", None)
-                if cancel is not None:
-                    try:
-                        cancel()
-                    except Exception:  # noqa: BLE001 - best effort when an epoch is left early
-                        pass
-            pending.clear()
-            if self.pool is not None:
-                self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _columns(source: Source, value: Any, s: Slice) -> dict[str, Any]:
-    """One planned slice of a computed partition as a dict of numpy columns."""
-    import numpy as np
-
-    n = len(value)
-    expected = source.lengths[s.part] if source.lengths is not None else n
-    if n != expected:
-        raise PartitionError(f"dataset {source.name!r}: partition {s.part} has {n} rows now but {expected} when the "
-                             "rows were counted: the preprocessing must give the same rows every time it runs "
-                             "(seed random filters or sampling), or the shards would differ between ranks.")
-    if source.kind == "frame":
-        part = value.iloc[s.start:s.stop]
-        return {str(c): _tensor_column(part[c].to_numpy()) for c in part.columns}
-    if source.kind == "array":
-        return {"data": np.asarray(value[s.start:s.stop])}
-    return record_columns(list(value)[s.start:s.stop])
-
-
-def record_columns(items: list[Any]) -> dict[str, Any]:
-    """Items of a bag as columns: records (dicts) give a column per key (Ray's ``from_items``), others ``"item"``."""
-    if items and all(isinstance(i, Mapping) for i in items):
-        keys = list(dict.fromkeys(k for i in items for k in i))
-        return {str(k): _array([i.get(k) for i in items]) for k in keys}
-    return {"item": _array(items)}
-
-
-def _array(values: list[Any]) -> Any:
-    """``values`` as one numpy array: numbers, or equal-shape lists/arrays of numbers stacked (a tensor column);
-    anything else (text, bytes, ragged or mixed values) as an object array holding the values as they are."""
-    import numpy as np
-
-    if not any(isinstance(v, (str, bytes, bytearray, memoryview)) for v in values):
-        try:
-            arr = np.asarray(values)
-            if arr.dtype.kind in "biufc":
-                return arr
-        except (ValueError, TypeError):  # ragged
-            pass
-    arr = np.empty(len(values), dtype=object)
-    arr[:] = values
-    return arr
-
-
-def _tensor_column(arr: Any) -> Any:
-    """An object column of equal-shape lists/arrays of numbers stacked into one ``(rows, k, ...)`` array."""
-    import numpy as np
-
-    if arr.dtype != object or not len(arr) or not isinstance(arr[0], (list, tuple, np.ndarray)):
-        return arr
-    try:
-        stacked = np.stack([np.asarray(v) for v in arr])
-    except (ValueError, TypeError):  # ragged: stays an object array
-        return arr
-    return stacked if stacked.dtype.kind in "biufc" else arr
-
-
-def _cat(pieces: list[Any]) -> Any:
-    """numpy arrays or torch tensors (one column's pieces) end to end."""
-    import numpy as np
-
-    if isinstance(pieces[0], np.ndarray):
-        return np.concatenate(pieces)
-    import torch
-
-    return torch.cat(pieces)
-
-
-def _index(v: Any, perm: Any) -> Any:
-    """Rows ``perm`` (a numpy int array) of a numpy array or a torch tensor."""
-    import numpy as np
-
-    if isinstance(v, np.ndarray):
-        return v[perm]
-    import torch
-
-    return v[torch.from_numpy(perm)]
-
-
-class _Queued:
-    """A chunk being cut into batches: rows ``offset:`` are still to be handed out (no re-slicing of the rest)."""
-
-    __slots__ = ("chunk", "offset", "rows")
-
-    def __init__(self, chunk: dict[str, Any], rows: int) -> None:
-        self.chunk = chunk
-        self.offset = 0
-        self.rows = rows
-
-
-def _take(queued: collections.deque[_Queued], n: int) -> dict[str, Any]:
-    """The next ``n`` rows of the queued chunks (chunks used up leave the queue)."""
-    pieces: list[dict[str, Any]] = []
-    need = n
-    while need > 0:
-        q = queued[0]
-        lo = q.offset
-        hi = min(q.rows, lo + need)
-        if lo == 0 and hi == q.rows:
-            pieces.append(q.chunk)
-        else:
-            pieces.append({k: v[lo:hi] for k, v in q.chunk.items()})
-        need -= hi - lo
-        if hi == q.rows:
-            queued.popleft()
-        else:
-            q.offset = hi
-    if len(pieces) == 1:
-        return pieces[0]
-    return {k: _cat([p[k] for p in pieces]) for k in pieces[0]}
-
-
-def _rows(chunk: dict[str, Any]) -> int:
-    return len(next(iter(chunk.values()))) if chunk else 0
-
-
-def _batched(chunks: Iterator[dict[str, Any]], batch_size: int | None, drop_last: bool,
-             shuffle_buffer: int | None, rng: Any) -> Iterator[dict[str, Any]]:
-    if batch_size is None:
-        yield from (c for c in chunks if _rows(c))
-        return
-    if shuffle_buffer:
-        yield from _shuffled(chunks, batch_size, drop_last, shuffle_buffer, rng)
-        return
-    queued: collections.deque[_Queued] = collections.deque()
-    held = 0
-    for chunk in chunks:
-        rows = _rows(chunk)
-        if not rows:
-            continue
-        queued.append(_Queued(chunk, rows))
-        held += rows
-        while held >= batch_size:
-            yield _take(queued, batch_size)
-            held -= batch_size
-    if held and not drop_last:
-        yield _take(queued, held)
-
-
-def _shuffled(chunks: Iterator[dict[str, Any]], batch_size: int, drop_last: bool, buffer_size: int,
-              rng: Any) -> Iterator[dict[str, Any]]:
-    """Batches drawn at random from a buffer of at least ``buffer_size`` rows (Ray's local shuffle)."""
-    buf: dict[str, Any] | None = None
-
-    def draw(k: int) -> Iterator[dict[str, Any]]:
-        nonlocal buf
-        assert buf is not None
-        perm = rng.permutation(_rows(buf))
-        cut = k * batch_size
-        out = {c: _index(v, perm[:cut]) for c, v in buf.items()}
-        buf = {c: _index(v, perm[cut:]) for c, v in buf.items()}
-        for i in range(k):
-            yield {c: v[i * batch_size:(i + 1) * batch_size] for c, v in out.items()}
-
-    for chunk in chunks:
-        if not _rows(chunk):
-            continue
-        buf = chunk if buf is None else {k: _cat([buf[k], chunk[k]]) for k in buf}
-        extra = _rows(buf) - buffer_size
-        if extra >= batch_size:
-            yield from draw(extra // batch_size)
-    if buf is not None and _rows(buf):
-        yield from draw(_rows(buf) // batch_size)
-        if _rows(buf) and not drop_last:
-            perm = rng.permutation(_rows(buf))
-            yield {c: _index(v, perm) for c, v in buf.items()}
-
-
-def _in_background(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
-    """``make()``'s items produced by a thread, up to ``depth`` ahead of the consumer."""
-    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
-
-    def run() -> None:
-        try:
-            for item in make():
-                while not stop.is_set():
-                    try:
-                        q.put(("item", item), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put(("end", None))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            q.put(("error", exc))
-
-    thread = threading.Thread(target=run, name="tuneplat-data-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, value = q.get()
-            if kind == "item":
-                yield value
-            elif kind == "error":
-                raise value
-            else:
-                return
-    finally:
-        stop.set()
-        while thread.is_alive():  # let it notice the stop (it never blocks for long)
-            try:
-                q.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        thread.join()
-
-
-def _torch_dtype(dtypes: Any, column: str) -> Any:
-    if dtypes is None:
-        return None
-    if isinstance(dtypes, Mapping):
-        return dtypes.get(column)
-    return dtypes
-
-
-class _Epochs:
-    """What ``iter_batches()`` & co. return: an iterable whose every pass (``for batch in it``) is a new epoch.
-
-    As in Ray, ``batches = shard.iter_torch_batches(...)`` may be made once and looped over at each epoch.
-    """
-
-    def __init__(self, start: Callable[[], Iterator[Any]]) -> None:
-        self._start = start
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._start()
-
-    def map(self, fn: Callable[[Any], Any]) -> _Epochs:
-        return _Epochs(lambda: (fn(b) for b in self._start()))
 
 
 class DataIterator:
@@ -365,7 +49,7 @@ class DataIterator:
         # the rank's client, taken where the iterator is made (the rank's own thread: it secedes there): epochs may
         # be opened from tf.data's generator threads (to_tf; iter_tf_batches inside Dataset.from_generator, as Ray's
         # autoencoder example does), where no Dask client is found and dask.local cannot compute the collection
-        self._client: Any = _rank_client() if source.files is None and session is not None else None
+        self._client: Any = rank_client() if source.files is None and session is not None else None
 
     def __repr__(self) -> str:
         how = "split across the ranks" if self._config.splits(self._source.name) else "whole on every rank"
@@ -384,7 +68,7 @@ class DataIterator:
                 seed = ctx.get_trial_id()
             hosts = list(getattr(session.spec, "rank_hosts", None) or []) or None  # (stale after a resize: unused)
         src = self._source
-        client = (self._client or _rank_client()) if src.files is None else None  # plain Parquet: read here
+        client = (self._client or rank_client()) if src.files is None else None  # plain Parquet: read here
         lengths = src.ensure_lengths(client)
         name = src.name
         order = epoch_order(len(lengths), self._epoch, seed, self._config.shuffles(name))
@@ -398,7 +82,7 @@ class DataIterator:
 
     def _numpy_batches(self, batch_size: int | None, drop_last: bool, local_shuffle_buffer_size: int | None,
                        local_shuffle_seed: int | None, prefetch_batches: int,
-                       convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> _Epochs:
+                       convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Epochs:
         """The epochs' batches; ``convert`` turns each partition slice's columns (numpy) into what is batched
         (tensors), once per slice, before batches are cut from it."""
         import numpy as np
@@ -425,16 +109,16 @@ class DataIterator:
                 if source.files is not None:  # row groups read in a thread of their own, converted there
                     chunks = (cols for _s, cols in iter_pieces(source.files, slices, window, source.name, convert))
                 else:
-                    chunks = (_columns(source, value, s) for s, value in _Fetcher(source, slices, window, client))
+                    chunks = (slice_columns(source, value, s) for s, value in Fetcher(source, slices, window, client))
                     if convert is not None:
                         chunks = (convert(c) for c in chunks)
-                return _batched(chunks, batch_size, drop_last, local_shuffle_buffer_size, rng)
+                return batched(chunks, batch_size, drop_last, local_shuffle_buffer_size, rng)
 
             if prefetch_batches and prefetch_batches > 0:
-                return _in_background(make, prefetch_batches)
+                return in_background(make, prefetch_batches)
             return make()
 
-        return _Epochs(start)
+        return Epochs(start)
 
     # ------------------------------------------------------------------ Ray's DataIterator methods
     def iter_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256, batch_format: str = "numpy",
@@ -464,7 +148,7 @@ class DataIterator:
         batches = self._numpy_batches(batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed,
                                       prefetch_batches)
         if batch_format == "pandas":
-            return batches.map(_to_pandas)
+            return batches.map(batch_to_pandas)
         return batches
 
     def iter_tf_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256, dtypes: Any = None,
@@ -487,7 +171,7 @@ class DataIterator:
         import tensorflow as tf
 
         if self._source.files is None and self._client is None:  # (tf.data's threads pull batches too)
-            self._client = _rank_client()
+            self._client = rank_client()
 
         def tensors(batch: dict[str, Any]) -> dict[str, Any]:
             out = {}
@@ -527,7 +211,7 @@ class DataIterator:
         import torch
 
         if device == "auto":
-            dev = _rank_device()
+            dev = rank_device()
         else:
             dev = torch.device(device) if device is not None else None
         name = self._source.name
@@ -539,7 +223,7 @@ class DataIterator:
         # partition held in this worker's memory for every trial, seen read-only through pandas)
 
         def tensors(chunk: dict[str, Any]) -> dict[str, Any]:  # once per partition slice / row group
-            return {col: _to_tensor(arr, _torch_dtype(dtypes, col), col, name,
+            return {col: column_to_tensor(arr, torch_dtype(dtypes, col), col, name,
                                     isinstance(dtypes, Mapping) and col in dtypes, private)
                     for col, arr in chunk.items()}
 
@@ -562,10 +246,10 @@ class DataIterator:
         def rows() -> Iterator[dict[str, Any]]:
             for batch in batches:
                 cols = list(batch)
-                for i in range(_rows(batch)):
+                for i in range(row_count(batch)):
                     yield {c: batch[c][i] for c in cols}
 
-        return _Epochs(rows)
+        return Epochs(rows)
 
 
     def to_tf(self, feature_columns: str | list[str], label_columns: str | list[str], *,
@@ -587,7 +271,7 @@ class DataIterator:
         from ._tf import to_tf
 
         if self._source.files is None and self._client is None:  # tf.data pulls epochs from its own threads
-            self._client = _rank_client()
+            self._client = rank_client()
         def batches() -> Iterable[dict[str, Any]]:
             return self.iter_batches(prefetch_batches=prefetch_batches, batch_size=batch_size, drop_last=drop_last,
                                      local_shuffle_buffer_size=local_shuffle_buffer_size,
@@ -657,52 +341,6 @@ class MaterializedShard:
     def iter_rows(self) -> Iterator[dict[str, Any]]:
         for row in self._frame.to_dict(orient="records"):
             yield row
-
-
-def _to_tensor(arr: Any, dtype: Any, col: str, name: str, asked: bool, private: bool) -> Any:
-    """A numpy column as a torch tensor (converted to ``dtype`` if given); a column torch cannot hold (text, bytes,
-    ragged arrays, dates) stays the numpy array it is, unless ``dtypes=`` named it.
-
-    The tensor shares the array's memory when it is writable or ``private`` (an Arrow buffer decoded for this rank
-    alone); a read-only view of memory someone else holds (pandas' copy-on-write) is copied once.
-    """
-    import torch
-
-    arr = _tensor_column(arr)
-    if arr.dtype.kind not in "biufc":
-        if asked:
-            raise TypeError(f"dataset {name!r}: column {col!r} has numpy dtype {arr.dtype}, which torch cannot hold, "
-                            f"and iter_torch_batches(dtypes=...) names it; leave it out of dtypes (it then comes as a "
-                            "numpy array), convert it in map_partitions, or pass collate_fn=.")
-        return arr
-    if not arr.flags.writeable:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            t = torch.from_numpy(arr) if arr.dtype.isnative else torch.as_tensor(arr.astype(arr.dtype.newbyteorder("=")))
-        if not private and (dtype is None or dtype == t.dtype):
-            t = t.clone()  # (a conversion below copies anyway)
-    else:
-        t = torch.from_numpy(arr) if arr.dtype.isnative else torch.as_tensor(arr.astype(arr.dtype.newbyteorder("=")))
-    if dtype is not None and dtype != t.dtype:
-        t = t.to(dtype)
-    return t
-
-
-def _to_pandas(batch: dict[str, Any]) -> Any:
-    import pandas as pd
-
-    return pd.DataFrame({k: (list(v) if getattr(v, "ndim", 1) > 1 else v) for k, v in batch.items()})
-
-
-def _rank_device() -> Any:
-    import torch
-
-    from ..torch._torch import get_device
-
-    try:
-        return get_device()
-    except Exception:  # noqa: BLE001 - outside a trial
-        return torch.device("cpu")
 
 
 # ---------------------------------------------------------------------- what a trial's rank holds

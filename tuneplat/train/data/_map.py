@@ -9,7 +9,7 @@ __all__ = ["map_batches"]
 
 
 def _records_in_columns(records: Any, fn: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
-    from ._iterator import record_columns
+    from ._convert import record_columns
 
     items = list(records)
     if not items:
@@ -28,9 +28,9 @@ def _records_in_columns(records: Any, fn: Callable[[dict[str, Any]], Any]) -> li
 def _frame_in_columns(frame: Any, fn: Callable[[dict[str, Any]], Any]) -> Any:
     import pandas as pd
 
-    from ._iterator import _tensor_column
+    from ._convert import tensor_column
 
-    out = fn({str(c): _tensor_column(frame[c].to_numpy()) for c in frame.columns})
+    out = fn({str(c): tensor_column(frame[c].to_numpy()) for c in frame.columns})
     if not isinstance(out, dict):
         raise TypeError(f"map_batches: the function returned a {type(out).__name__}; it must return a dict of "
                         "column -> array (Ray's batch_format='numpy').")
