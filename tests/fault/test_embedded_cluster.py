@@ -32,7 +32,21 @@ def loses_a_worker_once(config):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_killed_worker_whose_restart_outlasts_the_lost_worker_timeout_comes_back(monkeypatch, tmp_path):
+@pytest.mark.parametrize("nanny", ["restarts", "gives_up"])
+def test_a_killed_worker_whose_restart_outlasts_the_lost_worker_timeout_comes_back(nanny, monkeypatch, tmp_path):
+    """``restarts``: the nanny starts a new worker process, later than the timeout (it is left to finish);
+    ``gives_up``: the nanny does not restart it (as when its restart fails): a fresh nanny replaces it."""
+    if nanny == "gives_up":
+        from tuneplat.execution._local_procs import tracked_nanny_class
+
+        async def unregister_only(self, exitcode):  # what Nanny._on_worker_exit does, less the restart
+            try:
+                await self._unregister()
+            except OSError:
+                pass
+
+        # (the embedded cluster's nannies only: another cluster in this process keeps Dask's own)
+        monkeypatch.setattr(tracked_nanny_class(), "_on_worker_exit", unregister_only)
     monkeypatch.setenv("TUNEPLAT_NUM_CPUS", "2")  # two worker processes, whatever the machine
     # the retry waits for the killed worker's replacement: patience far beyond a restart on a loaded machine (the
     # old code never got it back, so this wait is what it failed on)

@@ -21,12 +21,29 @@ from tuneplat.testing import VirtualTimeExecutor
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuner_script.py")
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _end_started_tuners():
+    """A test that fails (a timeout, an assertion) leaves no tuner process group running after it."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+
+
 def _start(storage, name, gate=None):
     env = {**os.environ, "FT_GATE": gate} if gate else None
-    return subprocess.Popen([sys.executable, SCRIPT, storage, name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen([sys.executable, SCRIPT, storage, name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True, env=env)
-
-
+    _STARTED.append(proc)
+    return proc
 
 
 def _journal_lines(path, of=b"\n"):
@@ -111,7 +128,6 @@ def test_sigkill_tuner_at_random_moments_then_restore(tmp_path):
     assert len(grid) == 27 and grid.num_terminated == 27
 
 
-@pytest.mark.slow
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_ends_cleanly_and_is_restorable(tmp_path, sig):
