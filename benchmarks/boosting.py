@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -31,6 +32,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -100,7 +103,9 @@ def rank_loop(config: dict) -> None:
         if train.get_context().get_world_rank() == 0:
             booster.save_model(os.path.join(folder, RayTrainReportCallback.CHECKPOINT_NAME))
             ckpt = train.Checkpoint(folder)
-        times = get_rank_group().all_gather([t1 - t0, t2 - t1, t3 - t2])  # the slowest rank of each phase
+        group = get_rank_group()
+        assert group is not None, "XGBoostTrainer's ranks run in a rank group"
+        times = group.all_gather([t1 - t0, t2 - t1, t3 - t2])  # the slowest rank of each phase
         train.report({"shard_s": max(t[0] for t in times), "dmatrix_s": max(t[1] for t in times),
                       "train_s": max(t[2] for t in times)}, checkpoint=ckpt)
 
@@ -197,8 +202,9 @@ def bench_ray(frame: pd.DataFrame, rounds: int, storage: str) -> dict:
         t0 = time.perf_counter()
         result = trainer.fit()
         wall = time.perf_counter() - t0
+        assert result.checkpoint is not None, "Ray's trainer returned no checkpoint"
         booster = RayTrainReportCallback.get_model(result.checkpoint)
-        train_s = float(result.metrics.get("train_s", float("nan")))  # (rank 0's)
+        train_s = float((result.metrics or {}).get("train_s", float("nan")))  # (rank 0's)
         return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "booster": booster,
                 "note": "end_to_end_s: trainer.fit() once ray.init() returned; peak memory not sampled"}
     finally:
@@ -274,10 +280,10 @@ def sweep_ray(n: int, storage: str) -> dict:
         wall = time.perf_counter() - t0
     finally:
         ray.shutdown()
-    rounds = [int(r.metrics.get("training_iteration", 0)) for r in grid]
+    rounds = [int((grid[i].metrics or {}).get("training_iteration", 0)) for i in range(len(grid))]  # (no __iter__)
     return {"wall_s": wall, "ray_init_s": init_s, "trials": len(rounds), "errors": len(grid.errors),
             "rounds_total": sum(rounds), "stopped_early": sum(1 for x in rounds if x < 10),
-            "best_test_logloss": float(grid.get_best_result().metrics["test-logloss"])}
+            "best_test_logloss": float((grid.get_best_result().metrics or {})["test-logloss"])}
 
 
 def main_sweep(args: argparse.Namespace) -> None:
@@ -333,9 +339,10 @@ def main() -> None:
             client.wait_for_workers(2)
             runs: dict[str, list[dict]] = {"xgboost_dask": [], "tuneplat_XGBoostTrainer": []}
             for i in range(1 + args.repeats):  # run 0 is cold: each library's first call in these worker processes
-                order = [("xgboost_dask", lambda: bench_dask(client, ddf, args.rounds)),
-                         ("tuneplat_XGBoostTrainer",
-                          lambda i=i: bench_tuneplat(client, ddf, args.rounds, os.path.join(tmp, f"tp_{i}")))]
+                order: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+                    ("xgboost_dask", lambda: bench_dask(client, ddf, args.rounds)),
+                    ("tuneplat_XGBoostTrainer",
+                     functools.partial(bench_tuneplat, client, ddf, args.rounds, os.path.join(tmp, f"tp_{i}")))]
                 for name, run in order if i % 2 == 0 else order[::-1]:  # interleaved: load drift favours neither
                     runs[name].append(run())
             cold = {f"{name}_end_to_end_s": rs[0]["end_to_end_s"] for name, rs in runs.items()}

@@ -24,11 +24,12 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def one_run(n: int) -> dict[str, float]:
+def one_run(n: int) -> dict[str, Any]:
     """N checkpoint events folded into one trial by the tree on ``sys.path``."""
     from tuneplat.core import _events as ev
     from tuneplat.core._state import ExperimentState, apply
@@ -51,7 +52,7 @@ def one_run(n: int) -> dict[str, float]:
             "tree": os.path.dirname(os.path.dirname(os.path.abspath(tuneplat.__file__)))}
 
 
-def _in_tree(tree: str, n: int) -> dict[str, float]:
+def _in_tree(tree: str, n: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--inner", str(n)], env=env,
                          capture_output=True, text=True, check=True, cwd=os.path.abspath(tree))

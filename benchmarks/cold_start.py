@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--slow-worker", type=float, default=0.0, metavar="S",
                         help="one worker process of each run starts S seconds late (a slow or busy node)")
     args = parser.parse_args()
+    runs_of: dict[str, tuple[str, dict[str, str]]]
     if args.builds:
         runs_of = {"before": (os.path.abspath(args.builds[0]), {}), "after": (os.path.abspath(args.builds[1]), {})}
     else:

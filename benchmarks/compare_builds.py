@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def run_one(tree: str, extra: list[str], settings: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": tree, "TUNEPLAT_BENCH_ROOT": tree}
-    env.update(kv.split("=", 1) for kv in settings)
+    env.update(dict(kv.split("=", 1) for kv in settings))
     out = subprocess.run([sys.executable, os.path.join(HERE, "overhead.py"), "--no-ray", *extra],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)["tuneplat"]

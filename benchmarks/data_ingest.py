@@ -318,8 +318,8 @@ def main() -> None:
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        folder, epochs, batch, features, workers, out = args.child
-        child_reader(folder, int(epochs), int(batch), int(features), int(workers), out)
+        folder, epochs, batch, features, workers, out_file = args.child
+        child_reader(folder, int(epochs), int(batch), int(features), int(workers), out_file)
         return
     tmp = tempfile.mkdtemp(prefix="tuneplat-ingest-")
     out: dict = {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()[0],

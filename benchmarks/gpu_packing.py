@@ -87,6 +87,7 @@ def run(mode: str, resources: dict, trials: int, space: dict, storage: str) -> d
         wall = time.perf_counter() - t0
     errors = [str(r.error) for r in grid if r.error]
     peaks = [r.metrics.get("gpu_memory_peak_bytes", 0) for r in grid if r.metrics]
+    assert grid.experiment_path is not None
     with open(os.path.join(grid.experiment_path, "journal.jsonl"), encoding="utf-8") as f:
         events = [json.loads(line) for line in f if line.strip()]
     running = most = 0

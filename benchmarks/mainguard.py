@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -83,7 +84,7 @@ def main() -> None:
             for kind in order:
                 root = os.path.abspath(args.baseline) if kind == "guarded_baseline" else ROOT
                 out[kind].append(run(scripts[kind], tmp, root))
-    summary = {
+    summary: dict[str, Any] = {
         kind: {"process_s": [round(w, 2) for w, _ in runs], "fit_s": [round(f, 2) for _, f in runs],
                "median_process_s": round(statistics.median(w for w, _ in runs), 2),
                "median_fit_s": round(statistics.median(f for _, f in runs), 2)}

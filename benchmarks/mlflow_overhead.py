@@ -71,6 +71,7 @@ def one_fit(client, storage: str, mlflow_on: bool, work_ms: float = 0.0) -> dict
 
         c = MlflowClient(f"sqlite:///{storage}/mlflow.db")
         best = results.get_best_result()
+        assert best.mlflow_run_id is not None, "the best trial has no MLflow run"
         logged = len(c.get_metric_history(best.mlflow_run_id, "loss"))
         assert logged == REPORTS, logged
     return {"training_s": round(training, 3), "results_per_s": round(n / training, 1),

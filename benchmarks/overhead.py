@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the checkout under test: this one, or another (benchmarks/compare_builds.py runs two builds interleaved)
@@ -105,7 +106,8 @@ def run_ray(fn, n: int, storage: str, reuse: bool) -> tuple[float, int]:
     t0 = time.perf_counter()
     results = tuner.fit()
     wall = time.perf_counter() - t0
-    return wall, sum(len(r.metrics_dataframe) for r in results)
+    frames = [results[i].metrics_dataframe for i in range(len(results))]  # (Ray's grid has no __iter__)
+    return wall, sum(len(df) for df in frames if df is not None)
 
 
 def efficiency(run, small: int, large: int) -> dict:
@@ -121,6 +123,7 @@ def bench_tuneplat(storage: str, sizes: dict, embedded: bool = False, only: str 
     from distributed import Client, LocalCluster
 
     t0 = time.perf_counter()
+    cluster: Any
     if embedded:  # the cluster Tuner() starts by default (TLS unless TUNEPLAT_LOCAL_TLS=0), with its defaults
         from tuneplat.execution._cluster import Cluster
 

@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 # this folder has a schedulers.py of its own: import the project's packages, not it
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,17 +46,18 @@ def generated(seed: int, n: int) -> dict[str, list[float]]:
 
 
 def on_generated(seeds: int, n: int) -> dict:
-    rows = {"asha": [], "pasha": []}
+    rows: dict[str, list[dict[str, Any]]] = {"asha": [], "pasha": []}
     for seed in range(seeds):
         curves = generated(seed, n)
         optimum = min(c[-1] for c in curves.values())
         for name, sched in (("asha", ASHAScheduler(max_t=MAX_T, grace_period=1, reduction_factor=3)),
                             ("pasha", PASHAScheduler(max_t=MAX_T, grace_period=1, reduction_factor=3))):
             run = simulate_curves(sched, curves, max_concurrent=4, max_t=MAX_T, metric="loss", mode="min")
+            assert run.best_value is not None, f"{name}: no trial reported a finite loss"
             rows[name].append({"iterations": run.total_iterations, "best": run.best_value,
                                "regret": run.best_value - optimum,
                                "max_t_reached": getattr(sched, "current_max_t", MAX_T)})
-    out = {}
+    out: dict[str, Any] = {}
     for name, runs in rows.items():
         out[name] = {
             "iterations_mean": statistics.fmean(r["iterations"] for r in runs),
@@ -80,6 +82,7 @@ def record_digits(trials: int, storage: str) -> str:
                       tune_config=tune.TuneConfig(metric="val_loss", mode="min", num_samples=trials, seed=0),
                       run_config=tune.RunConfig(name="digits-fifo", storage_path=storage, verbose=0, mlflow=False,
                                                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1))).fit()
+    assert grid.experiment_path is not None
     return grid.experiment_path
 
 

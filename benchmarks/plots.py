@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 # this folder has a schedulers.py of its own: import the project's packages, not it
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,7 +75,7 @@ def _save(fig, path: str) -> None:
 
 
 def time_tuneplat(path: str, out: str, kinds: list[str]) -> dict[str, float]:
-    figures = {
+    figures: dict[str, Callable[..., Any]] = {
         "learning_curves": plot.plot_learning_curves,
         "optimization_history": plot.plot_optimization_history,
         "param_importances": plot.plot_param_importances,
@@ -109,7 +111,7 @@ def time_optuna(path: str, out: str) -> dict[str, float]:
     t0 = time.perf_counter()
     study = plot.to_optuna_study(path)
     times = {"to_optuna_study": time.perf_counter() - t0}
-    peers = {
+    peers: dict[str, Callable[..., Any]] = {
         "optimization_history": ovm.plot_optimization_history,
         "param_importances": ovm.plot_param_importances,
         "parallel_coordinates": ovm.plot_parallel_coordinate,

@@ -20,6 +20,7 @@ import math
 import os
 import random
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -77,7 +78,7 @@ def asha_vs_fifo() -> dict[str, Any]:
         for name, factory in factories.items():
             run = simulate(factory(seed), trials, max_concurrent=4, max_t=MAX_T)
             per_seed[name].append({"seed": seed, "total_iterations": run.total_iterations,
-                                   "best_loss": round(run.best_value, 4),
+                                   "best_loss": None if run.best_value is None else round(run.best_value, 4),
                                    "virtual_time": run.ticks})
     summary = {}
     for name, runs in per_seed.items():
@@ -109,7 +110,7 @@ class ToyModel:
         self.theta = [0.9, 0.9]
         self.lr = lr
 
-    def train(self, config: dict[str, float]) -> float:
+    def train(self, config: Mapping[str, Any]) -> float:
         h = (config["h0"], config["h1"])
         self.theta = [t - self.lr * 2.0 * hi * t for t, hi in zip(self.theta, h)]
         return 1.2 - (self.theta[0] ** 2 + self.theta[1] ** 2)  # the true objective Q

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import warnings
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # this file is named sklearn.py: its folder must not shadow scikit-learn (here, or in the spawned Dask workers)
@@ -119,7 +120,7 @@ def early_workload(storage: str, quick: bool) -> dict:
     space = {"alpha": loguniform(1e-7, 1e0), "penalty": ["l2", "l1", "elasticnet"], "loss": ["hinge", "log_loss",
                                                                                           "modified_huber"]}
     n, iters = (8, 9) if quick else (16, 9)
-    common = {"n_trials": n, "cv": 3, "random_state": 0, "max_iters": iters, "storage_path": storage,
+    common: dict[str, Any] = {"n_trials": n, "cv": 3, "random_state": 0, "max_iters": iters, "storage_path": storage,
               "mlflow": False}
     est = SGDClassifier(random_state=0)
     es, es_s = _timed(lambda: TuneSearchCV(est, space, early_stopping=True, **common).fit(X, y))

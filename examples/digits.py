@@ -88,7 +88,7 @@ def train_loop(config: dict[str, Any]) -> None:
 
     torch.manual_seed(seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
     train_set, val_set = load_data(seed)
-    model = MLP(hidden)
+    model: nn.Module = MLP(hidden)  # (DDP-wrapped by prepare_model below)
     start_epoch = 0
     state = None
     checkpoint = tune.get_checkpoint()
@@ -121,7 +121,7 @@ def train_loop(config: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as folder:
             ckpt = None
             if rank == 0:  # the weights are the same on every rank: one copy is enough
-                plain = model.module if hasattr(model, "module") else model
+                plain = getattr(model, "module", model)  # DDP's wrapped model, else the model
                 torch.save({"model": plain.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
                            os.path.join(folder, "model.pt"))
                 ckpt = tune.Checkpoint.from_directory(folder)

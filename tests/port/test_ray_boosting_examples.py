@@ -166,6 +166,9 @@ def test_a_boosting_trial_resized_on_a_dask_cluster_goes_on_with_the_new_threads
 
     import tuneplat as tune
 
+    # the session's shared cluster: an earlier test may have killed a worker whose restart is still under way, and
+    # DistributeResources divides the cluster's CPUs as the scheduler knows them
+    dask_client.wait_for_workers(2, timeout=300)
     grid = tune.Tuner(
         tune.with_resources(P.boost_with_resources, PlacementGroupFactory([{"CPU": 1, "GPU": 0}])),
         param_space={"objective": "binary:logistic", "eval_metric": ["logloss"], "max_depth": 3, "seed": 1},
