@@ -5,7 +5,8 @@ same parameters (``tree_method="hist"``); each distributed rank uses ``nthread=1
 ``nthread=2`` (the same 2 cores). For each: seconds inside ``xgboost.train`` (the ranks' own measure, max over
 ranks), end-to-end seconds (the call the user makes: ``trainer.fit()``, ``xgboost.dask.train`` with its
 ``DaskDMatrix``), rounds/s, and peak resident memory of the processes that trained (the worker processes, sampled
-every 50 ms; the driver for the one process). Ray 2.x's ``XGBoostTrainer`` (Ray Data input, 2 workers) runs when
+every 50 ms; the driver for the one process), and the CPU seconds (user + system) the worker processes and the
+driver used during the call, a figure the machine's load changes far less than wall time. Ray 2.x's ``XGBoostTrainer`` (Ray Data input, 2 workers) runs when
 ``ray`` imports, unless ``--no-ray``. The models' predictions are compared (max abs difference).
 
 xgboost.dask and XGBoostTrainer run once cold (``cold_first_call``: end-to-end seconds of each library's first call
@@ -56,11 +57,15 @@ PARAMS = {"tree_method": "hist", "objective": "reg:squarederror", "max_depth": 6
 
 
 class PeakRSS:
-    """The highest summed RSS of some processes, sampled in a thread."""
+    """The highest summed RSS of some processes, sampled in a thread; and the CPU seconds they and this process
+    (the driver) used meanwhile (user + system: what the work cost, much less dependent on the machine's load than
+    wall time)."""
 
     def __init__(self, pids: list[int]) -> None:
         self.procs = [psutil.Process(p) for p in pids]
         self.peak = 0
+        self.cpu_s = 0.0
+        self.driver_cpu_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -74,13 +79,26 @@ class PeakRSS:
                     pass
             self.peak = max(self.peak, total)
 
+    def _cpu(self) -> float:
+        total = 0.0
+        for p in self.procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
     def __enter__(self) -> PeakRSS:
+        self._cpu0, self._driver0 = self._cpu(), time.process_time()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.cpu_s = self._cpu() - self._cpu0
+        self.driver_cpu_s = time.process_time() - self._driver0
 
 
 def rank_loop(config: dict) -> None:
@@ -131,6 +149,7 @@ def bench_tuneplat(client, ddf, rounds: int, storage: str) -> dict:
     m = result.metrics
     train_s = float(m["train_s"])
     return {"train_s": train_s, "end_to_end_s": wall, "rounds_per_s": rounds / train_s, "peak_rss_mb": mem.peak / 2**20,
+            "cpu_s_workers": mem.cpu_s, "cpu_s_driver": mem.driver_cpu_s,
             "in_rank_s": {"read_shard": m["shard_s"], "dmatrix": m["dmatrix_s"], "train": m["train_s"]},
             "booster": booster, "note": "train_s: xgboost.train in the ranks (slowest rank); end_to_end_s: fit()"}
 
@@ -147,8 +166,8 @@ def bench_dask(client, ddf, rounds: int) -> dict:
         out = xgboost.dask.train(client, {**PARAMS, "nthread": 1}, dtrain, num_boost_round=rounds)
         t2 = time.perf_counter()
     return {"train_s": t2 - t1, "end_to_end_s": t2 - t0, "rounds_per_s": rounds / (t2 - t1),
-            "peak_rss_mb": mem.peak / 2**20, "booster": out["booster"],
-            "note": "train_s: xgboost.dask.train (DMatrix built inside it on the workers)"}
+            "peak_rss_mb": mem.peak / 2**20, "booster": out["booster"], "cpu_s_workers": mem.cpu_s,
+            "cpu_s_driver": mem.driver_cpu_s, "note": "train_s: xgboost.dask.train (DMatrix built inside it on the workers)"}
 
 
 def bench_one_process(frame: pd.DataFrame, rounds: int) -> dict:
@@ -346,6 +365,9 @@ def main() -> None:
                 for name, run in order if i % 2 == 0 else order[::-1]:  # interleaved: load drift favours neither
                     runs[name].append(run())
             cold = {f"{name}_end_to_end_s": rs[0]["end_to_end_s"] for name, rs in runs.items()}
+            for name, rs in runs.items():  # CPU seconds of the worker processes and the driver during the cold call
+                cold[f"{name}_cpu_s_workers"] = rs[0]["cpu_s_workers"]
+                cold[f"{name}_cpu_s_driver"] = rs[0]["cpu_s_driver"]
             for name, rs in runs.items():
                 warm = rs[1:]
                 med = sorted(warm, key=lambda r: r["train_s"])[len(warm) // 2]  # the median run (by train_s)
