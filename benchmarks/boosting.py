@@ -110,6 +110,10 @@ def rank_loop(config: dict) -> None:
                       "train_s": max(t[2] for t in times)}, checkpoint=ckpt)
 
 
+def _torch_imported() -> bool:
+    return "torch" in sys.modules
+
+
 def bench_tuneplat(client, ddf, rounds: int, storage: str) -> dict:
     import tuneplat as tune
     from tuneplat.train.xgboost import RayTrainReportCallback, XGBoostTrainer
@@ -353,6 +357,9 @@ def main() -> None:
                         r.pop("booster", None)
                 results[name] = med
             out["cold_first_call"] = cold
+            # which processes imported torch by now (tuneplat's non-torch backends never do; xgboost.dask neither)
+            out["torch_imported"] = {"worker_processes": sorted(client.run(_torch_imported).values()),
+                                     "driver": _torch_imported()}
         if not args.no_ray:
             try:
                 import ray  # noqa: F401

@@ -33,7 +33,7 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_TASK_LOST_GRACE_S`` | 2 | an elastic rank whose Dask task was declared lost while its connection lives: how long a preemption notice may take before the rank counts as lost |
 | ``TUNEPLAT_OOM_CHECK_S`` | 5 | how long the tuner waits for a live worker of another host to read whether the kernel's OOM killer ended a rank there |
 | ``TUNEPLAT_RETIRE_POLL_S`` | 0.1 | how often an elastic group's rank looks whether its Dask worker is closing |
-| ``TUNEPLAT_STORE_LINGER_S`` | 60 | the longest rank 0 keeps its group's rendezvous store open for ranks that have not finished |
+| ``TUNEPLAT_STORE_LINGER_S`` | 60 | the longest rank 0 keeps its group's rendezvous store (torch's backend) open for ranks that have not finished |
 | ``TUNEPLAT_SYSTEM_METRICS_S`` | 5 | how often a rank samples CPU, memory and GPU (0: system metrics off) |
 | ``TUNEPLAT_SYSTEM_METRICS_JOURNAL_S`` | 60 | system metrics reach the journal at most this often per trial (every sample reaches the callbacks) |
 | ``TUNEPLAT_WORKERS_FILE_S`` | 2 | how often the live per-rank table (``tuneplat status --workers``) is written |

@@ -111,7 +111,8 @@ def test_callable_stop_and_time_budget(dask_client, storage):
                       mode="min", time_budget_s=1.0, max_concurrent_trials=2)
     assert results.num_errors == 0
     assert len(results) <= 4
-    assert all(r.status == "TERMINATED" and r.metrics["training_iteration"] < 1000 for r in results)
+    # (a trial the budget ended before its first report has no metrics: how many reported depends on the load)
+    assert all(r.status == "TERMINATED" and r.metrics.get("training_iteration", 0) < 1000 for r in results)
 
 
 def test_failing_trial_is_isolated_with_traceback(dask_client, storage):

@@ -54,7 +54,15 @@ def loop(config: dict) -> None:
     _log(config["log_dir"], {"hook": "loop", "rank": ctx.get_world_rank(), "attempt": ctx.get_attempt(),
                              "peers": os.environ.get("TEST_BACKEND_PEERS", "").split(","),
                              "torch_group": torch_group, "world": group.world_size if group else None,
+                             "store": group is not None and group.store is not None,
                              "gathered_in_loop": group.all_gather(ctx.get_world_rank() * 10) if group else None})
     if config.get("fail_first") and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
         raise RuntimeError("rank 1 fails its first attempt")
     train.report({"done": 1})
+
+
+def only_rank0_gathers(config: dict) -> None:
+    """Rank 0 joins an exchange that rank 1 never joins (rank 1 returns at once): a user's bug."""
+    group = get_rank_group()
+    if train.get_context().get_world_rank() == 0:
+        group.all_gather("waiting")

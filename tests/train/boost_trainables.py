@@ -94,3 +94,20 @@ def xgb_tune_fn(config: dict) -> None:
     xgboost.train({**PARAMS, "eta": config["eta"], "nthread": 1, **config.get("params", {})}, d, num_boost_round=10, evals=[(d, "train")],
                   verbose_eval=False, callbacks=[TuneReportCheckpointCallback(metrics={"rmse": "train-rmse"},
                                                                               frequency=1)])
+
+
+def torch_probe_loop(config: dict) -> None:
+    """``config["loop"]`` (:func:`xgb_loop` or :func:`lgb_loop`), then each rank writes which torch modules its
+    process had imported when the loop started and when it ended (none, for a non-torch backend)."""
+    import json
+    import os
+    import sys
+
+    def torch_modules() -> list[str]:
+        return sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))[:5]
+
+    before = torch_modules()
+    {"xgb_loop": xgb_loop, "lgb_loop": lgb_loop}[config["loop"]](config)
+    rank = train.get_context().get_world_rank()
+    with open(os.path.join(config["probe_dir"], f"{config['loop']}-rank{rank}.json"), "w", encoding="utf-8") as f:
+        json.dump({"before": before, "after": torch_modules(), "pid": os.getpid()}, f)

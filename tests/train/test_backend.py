@@ -9,7 +9,7 @@ import backend_trainables as bt
 import pytest
 
 import tuneplat as tune
-from tuneplat.train import DataParallelTrainer
+from tuneplat.train import DataParallelTrainer, TrainingFailedError
 from tuneplat.train.backend import Backend, BackendConfig, get_rank_group
 
 
@@ -44,6 +44,7 @@ def test_two_ranks_gather_addresses_without_a_torch_group(dask_client, tmp_path)
     loops = sorted((e for e in events if e["hook"] == "loop"), key=lambda e: e["rank"])
     assert [e["peers"] for e in loops] == [own, own]  # on_start ran in the rank before the user's function
     assert [e["torch_group"] for e in loops] == [False, False]  # no gloo group was joined
+    assert [e["store"] for e in loops] == [False, False]  # no TCPStore either: the exchanges went through the tuner
     assert [e["gathered_in_loop"] for e in loops] == [[0, 10], [0, 10]]
     assert [e["world"] for e in loops] == [2, 2]
     shutdowns = [e for e in events if e["hook"] == "shutdown"]
@@ -65,6 +66,22 @@ def test_hooks_run_on_every_attempt(dask_client, tmp_path):
         assert sorted(hooks) == ["loop", "loop", "shutdown", "shutdown", "start", "start"], (attempt, hooks)
     failed = {(e["attempt"], e["rank"]): e["failed"] for e in events if e["hook"] == "shutdown"}
     assert failed[(0, 1)] is True and failed[(1, 0)] is False and failed[(1, 1)] is False
+
+
+def test_a_rank_that_returns_without_joining_an_exchange_fails_the_group_at_once(dask_client, tmp_path):
+    # rank 0 waits in all_gather; rank 1 returned: the tuner sees rank 1 end while the exchange misses it and fails
+    # the group then (not when rank 0's wait times out: 600 s here, longer than the test's own timeout)
+    config = bt.AddressesConfig(str(tmp_path))
+    config.timeout_s = 600
+    trainer = DataParallelTrainer(bt.only_rank0_gathers, backend_config=config,
+                                  scaling_config=tune.ScalingConfig(num_workers=2),
+                                  run_config=tune.RunConfig(name="stranded", storage_path=str(tmp_path / "results"),
+                                                            verbose=0, mlflow=False), client=dask_client)
+    with pytest.raises(TrainingFailedError) as err:
+        trainer.fit()
+    message = str(err.value)
+    assert "rank 1 returned from the training function without joining the group's exchange" in message, message
+    assert "rank(s) [0] wait in" in message
 
 
 def test_backend_config_is_checked_and_outside_a_rank_there_is_no_group():

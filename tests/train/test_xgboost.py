@@ -170,3 +170,82 @@ def test_missing_extra_names_it():
             "    try:\n        __import__(m)\n    except ImportError as e:\n        print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.count("pip install 'tuneplat[xgboost]'") == 2, out.stdout + out.stderr
+
+
+_TORCH_FREE_SCRIPT = '''
+import json, sys
+
+import boost_trainables as bt
+import tuneplat as tune
+from tuneplat.train.xgboost import XGBoostTrainer
+
+
+def torch_modules():
+    return sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))[:5]
+
+
+if __name__ == "__main__":
+    probe_dir, storage = sys.argv[1], sys.argv[2]
+    out = {"driver_after_import": torch_modules()}
+    rc = tune.RunConfig(name="xgb_torch_free", storage_path=storage, verbose=0, mlflow=False)
+    trainer = XGBoostTrainer(bt.torch_probe_loop, datasets={"train": bt.make_frame()}, run_config=rc,
+                             train_loop_config={"rounds": 10, "loop": "xgb_loop", "probe_dir": probe_dir},
+                             scaling_config=tune.ScalingConfig(num_workers=2))
+    result = trainer.fit()  # the embedded cluster: 2 fresh worker processes (TUNEPLAT_NUM_CPUS=2)
+    out.update(checkpoint=result.checkpoint.path, rounds=result.metrics["training_iteration"])
+    try:
+        import lightgbm  # noqa: F401
+    except ImportError:
+        pass
+    else:  # the same for LightGBMTrainer, on the same (still torch-free) worker processes
+        from tuneplat.train.lightgbm import LightGBMTrainer
+
+        lgb = LightGBMTrainer(bt.torch_probe_loop, datasets={"train": bt.make_frame()},
+                              train_loop_config={"rounds": 5, "loop": "lgb_loop", "probe_dir": probe_dir},
+                              scaling_config=tune.ScalingConfig(num_workers=2),
+                              run_config=tune.RunConfig(name="lgb_torch_free", storage_path=storage, verbose=0,
+                                                        mlflow=False))
+        out["lgb_rounds"] = lgb.fit().metrics["training_iteration"]
+    out["driver_after_fit"] = torch_modules()
+    print("RESULT " + json.dumps(out))
+'''
+
+
+@pytest.mark.timeout(600)  # a fresh driver and cluster: 3 min measured at load 26 here (the default limit is 300 s)
+def test_boosting_ranks_and_driver_never_import_torch(tmp_path):
+    # Fresh processes (a driver and the embedded cluster's 2 worker processes, as a user's first fit() gets): the
+    # ranks' rendezvous of a non-torch backend goes through the tuner, not torch's TCPStore, and nothing else on the
+    # way (session, report callback, checkpoint, dataset shard, embedded cluster) imports torch. The shared cluster's
+    # workers cannot tell: other tests imported torch there. (Fails on the build with the TCPStore rendezvous.)
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    script = tmp_path / "torch_free.py"
+    script.write_text(_TORCH_FREE_SCRIPT, encoding="utf-8")
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    env = {**os.environ, "TUNEPLAT_NUM_CPUS": "2",
+           "PYTHONPATH": os.pathsep.join([root, os.path.dirname(here), here, os.environ.get("PYTHONPATH", "")])}
+    env.pop("TUNEPLAT_PRELOAD_IMPORTS", None)  # the default: workers import nothing ahead of the trial
+    proc = subprocess.run([sys.executable, str(script), str(probes), str(tmp_path / "results")], env=env,
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    out = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert out["driver_after_import"] == [] and out["driver_after_fit"] == [], out
+    loops = ["xgb_loop"] + (["lgb_loop"] if "lgb_rounds" in out else [])
+    for loop in loops:
+        ranks = [json.loads((probes / f"{loop}-rank{r}.json").read_text()) for r in (0, 1)]
+        assert ranks[0]["pid"] != ranks[1]["pid"]  # two worker processes
+        assert [(r["before"], r["after"]) for r in ranks] == [([], []), ([], [])], (loop, ranks)
+    # the model is still the one model of both ranks' rows (as test_two_ranks_train_the_single_process_model)
+    frame = bt.make_frame()
+    assert out["rounds"] == 10
+    booster = RayTrainReportCallback.get_model(tune.Checkpoint(out["checkpoint"]))
+    np.testing.assert_allclose(_predict(booster, frame), _predict(_single_process(frame, 10), frame), rtol=0,
+                               atol=1e-6)
+    if "lgb_rounds" in out:
+        assert out["lgb_rounds"] == 5

@@ -79,6 +79,7 @@ class _Group:
     reports: dict[int, dict[int, tuple[Any, bool]]] = field(default_factory=dict)
     saves: dict[int, set[int]] = field(default_factory=dict)  # iteration -> ranks that staged its late checkpoint
     rendezvous: proto.Rendezvous | None = None  # rank 0's store, for ranks that connect later
+    gathers: dict[int, dict[int, str]] = field(default_factory=dict)  # exchange -> rank -> JSON (the relay)
     failure: tuple[str, str | None] | None = None
     failure_info: Failure | None = None  # the first failure, typed
     aborted: bool = False

@@ -13,13 +13,13 @@ from typing import Any
 from ..core._scaling import Resize
 from . import _protocol as proto
 from ._channel import Conn
-from ._dask_state import RankEnd, _DaskState, _Rank
+from ._dask_state import RankEnd, _DaskState, _Group, _Rank
 from ._executor import (
     Reported,
     Saved,
     Started,
 )
-from ._failure import INVALID, LOST, OOM, Failure
+from ._failure import ERROR, INVALID, LOST, OOM, Failure
 from ._forensics import _process_gone
 
 __all__ = ["_IOLoop"]
@@ -195,6 +195,20 @@ class _IOLoop(_DaskState):
             group.rendezvous = msg
             for r in group.ranks[1:]:
                 self._send(r, msg)
+        elif isinstance(msg, proto.Gather):  # a non-torch group's all_gather/broadcast (train/_backend.py)
+            got = group.gathers.setdefault(msg.seq, {})
+            got[rank.index] = msg.payload
+            if len(got) < len(group.ranks):
+                self._stranded_gathers(group)
+            else:
+                del group.gathers[msg.seq]
+                if group.failure or group.aborted:
+                    for r in group.ranks:
+                        self._send(r, proto.Abort(group.abort_reason or "the trial's group is being torn down"))
+                    return
+                answer = proto.Gathered(msg.seq, [got[i] for i in range(len(group.ranks))])
+                for r in group.ranks:
+                    self._send(r, answer)
         elif isinstance(msg, proto.Report):
             iteration = msg.iteration
             group.reports.setdefault(iteration, {})[rank.index] = (msg.result, msg.staged)
@@ -242,6 +256,7 @@ class _IOLoop(_DaskState):
         elif isinstance(msg, proto.Done):
             rank.finished = RankEnd.DONE
             rank.offers_next = msg.chainable
+            self._stranded_gathers(group)
             self._maybe_end_group(group)
         elif isinstance(msg, proto.Error):
             rank.finished = RankEnd.ERROR
@@ -250,6 +265,18 @@ class _IOLoop(_DaskState):
             self._fail_group(group, text, msg.traceback, Failure.of_types(
                 [str(t) for t in msg.types], text, rank.index, rank.hostname))
             self._maybe_end_group(group)
+
+    def _stranded_gathers(self, group: _Group) -> None:
+        """A rank ended its function without joining an exchange (``all_gather``/``broadcast``/``barrier``) that
+        others wait in: they would wait until their timeout; the group fails now, saying which."""
+        for seq, got in group.gathers.items():
+            gone = [r.index for r in group.ranks if r.index not in got and r.finished is RankEnd.DONE]
+            if gone and not group.aborted:
+                text = (f"rank {gone[0]} returned from the training function without joining the group's exchange "
+                        f"{seq} (all_gather/broadcast/barrier) that rank(s) {sorted(got)} wait in: every rank must "
+                        "call them, in the same order")
+                self._fail_group(group, text, None, Failure(ERROR, (), gone[0], group.ranks[gone[0]].hostname, text))
+                return
 
     def _drain_wake_events(self) -> None:
         while self._wake_events:

@@ -13,11 +13,13 @@ that proved they hold the trial's token, and this module adds nothing that
 unpickles; it checks the shape of what arrived.
 
 Rank to tuner: :class:`Hello`, :class:`Ping`, :class:`Running`, :class:`Rendezvous`
-(rank 0's store), :class:`Report`, :class:`Saved`, :class:`Preempting`,
-:class:`Lease`, :class:`Unlease`, :class:`Requeue`, :class:`Done`, :class:`Error`.
+(rank 0's store), :class:`Gather` (a value for the group's relay), :class:`Report`,
+:class:`Saved`, :class:`Preempting`, :class:`Lease`, :class:`Unlease`, :class:`Requeue`,
+:class:`Done`, :class:`Error`.
 Tuner to rank: :class:`Go`, :class:`Answer` (the decision on a report),
-:class:`Abort`, :class:`Rendezvous` (forwarded to the other ranks), :class:`Next`
-(a chained trial), :class:`Bye`, :class:`Leased`, :class:`Refused`, :class:`Requeue`.
+:class:`Abort`, :class:`Rendezvous` (forwarded to the other ranks), :class:`Gathered`
+(every rank's value), :class:`Next` (a chained trial), :class:`Bye`, :class:`Leased`,
+:class:`Refused`, :class:`Requeue`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from .._annotations import isinstance_types
 from ._wire import MAX_FRAME, recv_msg, send_msg
 
 __all__ = [
-    "Abort", "Answer", "Bye", "Done", "Error", "Go", "Hello", "Lease", "Leased", "Message", "Next", "Ping",
+    "Abort", "Answer", "Bye", "Done", "Error", "Gather", "Gathered", "Go", "Hello", "Lease", "Leased", "Message",
+    "Next", "Ping",
     "Preempting", "ProtocolError", "Refused", "Rendezvous", "Report", "Requeue", "Running", "Saved", "Unlease",
     "from_rank", "from_tuner", "recv_from_tuner", "send",
 ]
@@ -131,6 +134,16 @@ class Rendezvous(Message):
     KIND: ClassVar[str] = "rendezvous"
     host: str
     port: int
+
+
+@dataclass(frozen=True)
+class Gather(Message):
+    """A rank's value for the ``seq``-th exchange of its group (``RankGroup.all_gather`` without a store):
+    ``payload`` is JSON text. The tuner answers every rank with :class:`Gathered` once all ranks sent ``seq``."""
+
+    KIND: ClassVar[str] = "gather"
+    seq: int
+    payload: str
 
 
 @dataclass(frozen=True)
@@ -239,6 +252,19 @@ class Abort(Message):
 
 
 @dataclass(frozen=True)
+class Gathered(Message):
+    """Every rank's :class:`Gather` payload of exchange ``seq``, in rank order (JSON texts)."""
+
+    KIND: ClassVar[str] = "gathered"
+    seq: int
+    payloads: list[str]
+
+    def _problem(self) -> str | None:
+        bad = [p for p in self.payloads if not isinstance(p, str)]
+        return f"'payloads' holds {type(bad[0]).__name__}, not JSON text" if bad else None
+
+
+@dataclass(frozen=True)
 class Next(Message):
     """A chained runner's next trial: its :class:`~tuneplat.train._session.RankSpec`."""
 
@@ -279,9 +305,9 @@ class Refused(Message):
 
 # ---------------------------------------------------------------------- decoding
 RANK_MESSAGES: dict[str, type[Message]] = {c.KIND: c for c in (
-    Hello, Ping, Running, Rendezvous, Report, Saved, Preempting, Lease, Unlease, Requeue, Done, Error)}
+    Hello, Ping, Running, Rendezvous, Gather, Report, Saved, Preempting, Lease, Unlease, Requeue, Done, Error)}
 TUNER_MESSAGES: dict[str, type[Message]] = {c.KIND: c for c in (
-    Go, Answer, Abort, Rendezvous, Next, Bye, Leased, Refused, Requeue)}
+    Go, Answer, Abort, Rendezvous, Gathered, Next, Bye, Leased, Refused, Requeue)}
 
 
 def from_rank(msg: Any) -> Message:

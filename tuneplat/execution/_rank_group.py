@@ -74,15 +74,22 @@ def master_store(host: str, world_size: int, timeout: timedelta) -> Any:
     return store
 
 
-def open_rank_group(session: Any, timeout_s: float) -> RankGroup:
-    """The rendezvous of ``session``'s group: rank 0 opens a TCPStore on its host and the tuner tells the others.
+def open_rank_group(session: Any, timeout_s: float, backend: Backend | None = None) -> RankGroup:
+    """The rendezvous of ``session``'s group.
 
-    A single-rank group has no store. (torch's TCPStore is the store: a
-    key-value server with a timeout on every read; no process group is made.)
+    torch's backend (``backend`` a :class:`TorchBackend`, or None): rank 0
+    opens a TCPStore on its host and the tuner tells the others where (torch's
+    TCPStore is the store: a key-value server with a timeout on every read; the
+    backend makes the process group on it). Every other backend: no store; the
+    group's exchanges go through the tuner on each rank's authenticated
+    connection (:meth:`~tuneplat.train._session.Session.gather`), so a
+    non-torch rank never imports torch. A single-rank group has neither.
     """
     spec = session.spec
     if spec.world_size <= 1:
         return RankGroup(spec, timeout_s=timeout_s)
+    if backend is not None and not isinstance(backend, TorchBackend):
+        return RankGroup(spec, timeout_s=timeout_s, relay=session.gather)
     timeout = timedelta(seconds=timeout_s)
     if spec.rank == 0:
         store = master_store(spec.host, spec.world_size, timeout)

@@ -252,7 +252,8 @@ def _run_trial(make: Callable[[], Callable[..., Any]], spec: RankSpec, sock: soc
         backend, backend_config = backend_of(trainable)
         if spec.world_size > 1:
             session.monitor.state = "rendezvous"
-        group = open_rank_group(session, float(getattr(backend_config, "timeout_s", None) or spec.pg_timeout_s))
+        group = open_rank_group(session, float(getattr(backend_config, "timeout_s", None) or spec.pg_timeout_s),
+                                backend)
         session.backend_group = group
         backend.on_start(group, backend_config)
         on_abort = getattr(backend, "on_abort", None)

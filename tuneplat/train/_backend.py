@@ -4,9 +4,11 @@ A trainer names a :class:`BackendConfig`; its ``backend_cls`` is instantiated
 in every rank, whose :meth:`Backend.on_start` runs before the user's training
 function and :meth:`Backend.on_shutdown` after it, on every attempt of the
 trial (retries and resumes included). Both get the rank's :class:`RankGroup`:
-its rank and world size, its host address, and the group's rendezvous, rank
-0's key-value store, whose address the tuner already relays to the other ranks
-for torch (``execution/_runner.py``). Small values travel between ranks with
+its rank and world size, its host address, and the group's rendezvous: for
+torch's backend rank 0's ``TCPStore``, whose address the tuner relays to the
+other ranks (``execution/_rank_group.py``); for every other backend the tuner
+itself, on each rank's authenticated connection (no torch import, no store).
+Small values travel between ranks with
 :meth:`RankGroup.all_gather` / :meth:`RankGroup.broadcast`; a framework then
 starts its own distributed launch (xgboost's tracker, LightGBM's
 ``machines``, ``TF_CONFIG``, ``jax.distributed``) from them. No torch process
@@ -14,7 +16,7 @@ group is joined unless the backend is torch's (:class:`tuneplat.train.torch.Torc
 the default of :class:`tuneplat.train.TorchTrainer`).
 
 The worker group (``execution/``) knows nothing of any framework: it makes the
-store, calls the two hooks and closes the store.
+rendezvous, calls the two hooks and closes the rendezvous.
 
 Example:
     >>> class PortsConfig(BackendConfig):  # doctest: +SKIP
@@ -103,22 +105,32 @@ class Backend:
 
 
 class RankGroup:
-    """One rank's view of its group: ranks, its host, and the group's rendezvous store.
+    """One rank's view of its group: ranks, its host, and the group's rendezvous.
 
     Built by the rank before :meth:`Backend.on_start`; the training function
     reaches it with :func:`get_rank_group`. Values sent with
     :meth:`all_gather`/:meth:`broadcast` are small JSON values (strings,
-    numbers, lists, dicts): the store is not authenticated, so nothing read
-    from it is unpickled.
+    numbers, lists, dicts), and nothing received is unpickled.
+
+    Two rendezvous carry them. torch's backend (``TorchConfig``, the default
+    of ``TorchTrainer`` and of plain Tune trials) has rank 0's
+    ``torch.distributed.TCPStore`` (:attr:`store`, :attr:`store_address`),
+    on which its process group is made. Every other backend (XGBoost,
+    LightGBM, TensorFlow, JAX, your own) has no store: each exchange travels
+    on the rank's own authenticated (and, on a TLS cluster, encrypted)
+    connection to the tuner, which answers every rank once all sent it
+    (:meth:`~tuneplat.train._session.Session.gather`), so these ranks never
+    import torch and open no extra listening port.
     """
 
     def __init__(self, spec: Any, store: Any = None, store_address: tuple[str, int] | None = None,
-                 timeout_s: float = 60) -> None:
+                 timeout_s: float = 60, relay: Callable[[int, str, float], list[str]] | None = None) -> None:
         self.spec = spec
         self.store = store
         self.store_address = store_address
         self.timeout_s = float(timeout_s)
         self.failed = False
+        self._relay = relay
         self._calls = 0
 
     @property
@@ -157,22 +169,34 @@ class RankGroup:
     def _get(self, key: str) -> Any:
         return json.loads(bytes(self.store.get(key)).decode("utf-8"))
 
+    def _exchange(self, payload: str) -> list[Any]:
+        """Every rank's ``payload`` of this exchange through the tuner's relay, decoded (rank order)."""
+        assert self._relay is not None
+        return [json.loads(p) for p in self._relay(self._calls, payload, self.timeout_s)]
+
     def all_gather(self, value: Any) -> list[Any]:
         """Every rank's ``value``, in rank order (every rank must call it, in the same order).
 
         Raises:
             TypeError: ``value`` is not JSON-serialisable.
+            TimeoutError: (no store) not every rank called it within the backend's ``timeout_s``.
         """
         payload = json.dumps(value)
         self._calls += 1
-        if self.world_size == 1 or self.store is None:
+        if self.world_size == 1 or (self.store is None and self._relay is None):
             return [json.loads(payload)]
+        if self._relay is not None:
+            return self._exchange(payload)
         self.store.set(self._key("gather", self.rank), payload)
         return [json.loads(payload) if r == self.rank else self._get(self._key("gather", r))
                 for r in range(self.world_size)]
 
     def broadcast(self, value: Any = None, src: int = 0) -> Any:
         """Rank ``src``'s ``value`` on every rank (every rank must call it, in the same order)."""
+        if self._relay is not None and self.world_size > 1:  # (the other ranks' values are not sent)
+            payload = json.dumps(value) if self.rank == src else "null"
+            self._calls += 1
+            return self._exchange(payload)[src]
         self._calls += 1
         if self.rank == src or self.world_size == 1 or self.store is None:
             payload = json.dumps(value)
@@ -187,6 +211,7 @@ class RankGroup:
 
     def close(self) -> None:
         """Drop this rank's handle on the store; rank 0's ends the store once every rank has (see ``_leave_store``)."""
+        self._relay = None
         store, self.store = self.store, None
         if store is not None:
             _leave_store(store, self.spec)

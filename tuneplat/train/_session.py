@@ -380,6 +380,45 @@ class Session:
             raise proto.ProtocolError(f"the tuner answered a group's placement with a {reply.KIND!r} message: "
                                       f"{reply!r}")
 
+    def gather(self, seq: int, payload: str, timeout_s: float) -> list[str]:
+        """Every rank's ``payload`` (JSON text) of exchange ``seq``, in rank order, relayed by the tuner.
+
+        The group's rendezvous when it has no store (any backend but torch's:
+        :class:`~tuneplat.train._backend.RankGroup`): the values travel on this
+        rank's authenticated connection to the tuner, which answers every rank
+        once all sent ``seq``.
+
+        Raises:
+            TimeoutError: not every rank sent ``seq`` within ``timeout_s``.
+            TrialAborted: the tuner ended the group (another rank failed) or the connection was lost.
+        """
+        try:
+            self.send(proto.Gather(int(seq), payload))
+        except OSError as exc:
+            raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
+        before = self.sock.gettimeout()
+        self.sock.settimeout(timeout_s)
+        try:
+            reply = proto.recv_from_tuner(self.sock)
+        except TimeoutError:  # (socket.timeout) the connection is not reused: multi-rank runners never chain
+            raise TimeoutError(f"trial {self.spec.trial_id} rank {self.spec.rank}: not every rank of the group "
+                               f"reached exchange {seq} (all_gather/broadcast/barrier) within {timeout_s:g} s; "
+                               "every rank must call them in the same order (a BackendConfig's timeout_s sets the "
+                               "wait)") from None
+        except (ConnectionError, OSError) as exc:
+            raise TrialAborted(f"lost the connection to the tuner: {exc}") from None
+        finally:
+            try:
+                self.sock.settimeout(before)
+            except OSError:
+                pass
+        if isinstance(reply, proto.Gathered) and reply.seq == seq:
+            return list(reply.payloads)
+        if isinstance(reply, proto.Abort):
+            raise TrialAborted(reply.reason)
+        raise proto.ProtocolError(f"the tuner answered exchange {seq} of the group with a {reply.KIND!r} message: "
+                                  f"{reply!r}")
+
     def unlease(self, address: str) -> None:
         """Give back one slot :meth:`lease` gave (the group's rank there ended)."""
         try:
