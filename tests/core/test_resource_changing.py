@@ -13,6 +13,9 @@ import os
 import tempfile
 
 import pytest
+from ray_controller_fakes import Controller as _Controller
+from ray_controller_fakes import FakeTrial as _FakeTrial
+from ray_controller_fakes import Sched as _Sched
 from tuneplat.tune.execution.placement_groups import PlacementGroupFactory
 from tuneplat.tune.schedulers import ASHAScheduler, FIFOScheduler, ResourceChangingScheduler
 from tuneplat.tune.schedulers.resource_changing_scheduler import DistributeResources, DistributeResourcesToTopJob
@@ -168,35 +171,6 @@ def test_multi_rank_trials_with_one_bundle_growth_are_refused_at_once(storage):
 
 
 # ---------------------------------------------------------------------------- Ray's allocation functions as oracle
-class _FakeTrial:
-    def __init__(self, trial_id, pgf, last_result):
-        self.trial_id, self.placement_group_factory, self.last_result = trial_id, pgf, last_result
-
-
-class _Updater:
-    def __init__(self, cpus, gpus):
-        self.cpus, self.gpus = cpus, gpus
-
-    def get_num_cpus(self):
-        return self.cpus
-
-    def get_num_gpus(self):
-        return self.gpus
-
-
-class _Controller:
-    def __init__(self, trials, cpus, gpus):
-        self._trials, self._resource_updater = trials, _Updater(cpus, gpus)
-
-    def get_live_trials(self):
-        return self._trials
-
-
-class _Sched:
-    def __init__(self, base):
-        self.base_trial_resources = base
-
-
 SCENARIOS = [  # (base bundles, each live trial's bundles, cluster cpus, gpus)
     ([{"CPU": 1}], [[{"CPU": 1}]] * 3, 4, 0),
     ([{"CPU": 1}], [[{"CPU": 1}]] * 3, 8, 0),

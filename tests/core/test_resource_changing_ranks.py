@@ -15,6 +15,9 @@ import json
 import os
 
 import pytest
+from ray_controller_fakes import Controller as _Controller
+from ray_controller_fakes import FakeTrial as _FakeTrial
+from ray_controller_fakes import Sched as _Sched
 from tuneplat.tune.execution.placement_groups import PlacementGroupFactory
 from tuneplat.tune.schedulers import FIFOScheduler, ResourceChangingScheduler
 from tuneplat.tune.schedulers.resource_changing_scheduler import DistributeResources, DistributeResourcesToTopJob
@@ -83,35 +86,6 @@ def _spelt(pgf):
 
 
 # ---------------------------------------------------------------------------- Ray beside ours, on every call
-class _FakeTrial:
-    def __init__(self, trial_id, pgf, last_result):
-        self.trial_id, self.placement_group_factory, self.last_result = trial_id, pgf, last_result
-
-
-class _Updater:
-    def __init__(self, cpus, gpus):
-        self.cpus, self.gpus = cpus, gpus
-
-    def get_num_cpus(self):
-        return self.cpus
-
-    def get_num_gpus(self):
-        return self.gpus
-
-
-class _Controller:
-    def __init__(self, trials, cpus, gpus):
-        self._trials, self._resource_updater = trials, _Updater(cpus, gpus)
-
-    def get_live_trials(self):
-        return self._trials
-
-
-class _Sched:
-    def __init__(self, base):
-        self.base_trial_resources = base
-
-
 class WithRayBeside:
     """An allocation function: ours, with Ray's called on the same state each time (both answers recorded)."""
 

@@ -1,0 +1,34 @@
+"""What Ray's allocation functions read of Ray's tuner, for calling them beside tuneplat's (the oracle in the
+ResourceChangingScheduler tests): a trial, the controller's live trials and cluster size, the scheduler's base
+resources. Algorithm inputs only: the tests compare what Ray's own functions return with what tuneplat's do."""
+
+from __future__ import annotations
+
+
+class FakeTrial:
+    def __init__(self, trial_id, pgf, last_result):
+        self.trial_id, self.placement_group_factory, self.last_result = trial_id, pgf, last_result
+
+
+class Updater:
+    def __init__(self, cpus, gpus):
+        self.cpus, self.gpus = cpus, gpus
+
+    def get_num_cpus(self):
+        return self.cpus
+
+    def get_num_gpus(self):
+        return self.gpus
+
+
+class Controller:
+    def __init__(self, trials, cpus, gpus):
+        self._trials, self._resource_updater = trials, Updater(cpus, gpus)
+
+    def get_live_trials(self):
+        return self._trials
+
+
+class Sched:
+    def __init__(self, base):
+        self.base_trial_resources = base
