@@ -23,6 +23,13 @@ def popen(args: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
     return proc
 
 
+def terminal_sigint() -> None:
+    """``preexec_fn`` of a child a test sends Ctrl-C to: it takes SIGINT as a terminal's foreground process does
+    (Python's KeyboardInterrupt), even when this test session ignores SIGINT and the child would inherit that (a
+    session started in the background of a non-interactive shell, or under ``nohup``: both ignore SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)

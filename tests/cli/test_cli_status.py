@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from procs import terminal_sigint
 from test_cli_run import ROOT, TRAINABLES, one_error_line, read_cmd, tuneplat, write
 
 LONG_ERROR = ("this trial failed on purpose with a long message that a table column would cut: the full text must "
@@ -165,7 +166,7 @@ run: {{storage_path: {tmp_path / 'res'}}}
 """)
     exp = tmp_path / "res" / "gated"
     proc = subprocess.Popen([sys.executable, "-m", "tuneplat.cli", "run", sweep], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=terminal_sigint)
     try:
         deadline = time.monotonic() + 120
         while True:  # wait until both trials wait at the gate (the journal says so)

@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+from procs import terminal_sigint
 
 import tuneplat as tune
 from tuneplat import read_journal
@@ -41,7 +42,7 @@ def _end_started_tuners():
 def _start(storage, name, gate=None):
     env = {**os.environ, "FT_GATE": gate} if gate else None
     proc = subprocess.Popen([sys.executable, SCRIPT, storage, name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True, env=env)
+                            text=True, start_new_session=True, env=env, preexec_fn=terminal_sigint)
     _STARTED.append(proc)
     return proc
 

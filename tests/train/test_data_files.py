@@ -318,7 +318,13 @@ def test_ctrl_c_mid_fit_leaves_nothing_of_the_experiment_on_a_kept_client(dask_c
                        tune_config=tune.TuneConfig(metric="loss", mode="min"),
                        run_config=tune.RunConfig(name=f"ctrl_c_{how}", storage_path=storage, verbose=0, mlflow=False,
                                                  callbacks=[ctrl_c]), client=dask_client)
-    grid = tuner.fit()
+    # Python's own Ctrl-C handler, as in a terminal, even in a test session that ignores SIGINT (started in the
+    # background of a non-interactive shell, or under nohup)
+    before_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        grid = tuner.fit()
+    finally:
+        signal.signal(signal.SIGINT, before_handler)
     assert ctrl_c.fired
     assert not any(r.metrics.get("training_iteration") == 50 for r in grid), "the trials were not interrupted"
     # (not vacuous: the three datasets tuneplat persisted were on the cluster when Ctrl-C came)
