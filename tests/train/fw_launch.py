@@ -30,7 +30,16 @@ def launch(launcher: list[str], loop: str, config: dict, out: str, timeout: floa
     os.makedirs(out, exist_ok=True)
     cmd = [*launcher, os.path.abspath(__file__), loop, json.dumps({**config, "out": str(out)})]
     env = {**os.environ, "TMPDIR": str(out)}  # torchrun's and DeepSpeed's scratch folders go with the output
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(out), env=env)
+    for attempt in (1, 2):
+        if os.path.exists(os.path.join(out, "rank0.jsonl")):
+            os.remove(os.path.join(out, "rank0.jsonl"))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(out), env=env)
+        # the reference launch is the library's own, not tuneplat's: once in a while a torchrun rank aborts in
+        # gloo's teardown ("terminate called without an active exception", seen once in ~50 default lanes); such
+        # a launch is run again once, and a second failure fails the test
+        if proc.returncode == 0 or attempt == 2 or "terminate called without an active exception" not in (
+                proc.stdout + proc.stderr):
+            break
     assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     with open(os.path.join(out, "rank0.jsonl"), encoding="utf-8") as f:
         return [json.loads(line) for line in f]
