@@ -19,8 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _dask_cli() -> list[str]:
-    exe = shutil.which("dask")
-    return [exe] if exe else [sys.executable, "-m", "distributed.cli.dask_spec"]  # pragma: no cover
+    """The ``dask`` command of the interpreter running the tests (``python -m dask``: the same CLI as the console
+    script, found without the virtual environment's bin folder on PATH)."""
+    return [sys.executable, "-m", "dask"]
 
 
 def _alive(pgid: int, grace_s: float = 10.0) -> bool:
