@@ -32,3 +32,18 @@ class Controller:
 class Sched:
     def __init__(self, base):
         self.base_trial_resources = base
+
+
+def allocation_functions(kwargs, top):
+    """tuneplat's and Ray's ``DistributeResources`` (``top``: ``DistributeResourcesToTopJob``, by the loss) built
+    from the same arguments; the test skips where Ray, the reference, is not installed (CI installs it)."""
+    import pytest
+    from tuneplat.tune.schedulers.resource_changing_scheduler import DistributeResources, DistributeResourcesToTopJob
+
+    ray_rcs = pytest.importorskip("ray.tune.schedulers.resource_changing_scheduler",
+                                  reason="Ray is the reference; install the bench extra (CI does)")
+    if top:
+        kwargs = {**kwargs, "metric": "loss", "mode": "min"}
+    ours = (DistributeResourcesToTopJob if top else DistributeResources)(**kwargs)
+    rays = (ray_rcs.DistributeResourcesToTopJob if top else ray_rcs.DistributeResources)(**kwargs)
+    return ours, rays

@@ -16,9 +16,10 @@ import pytest
 from ray_controller_fakes import Controller as _Controller
 from ray_controller_fakes import FakeTrial as _FakeTrial
 from ray_controller_fakes import Sched as _Sched
+from ray_controller_fakes import allocation_functions
 from tuneplat.tune.execution.placement_groups import PlacementGroupFactory
 from tuneplat.tune.schedulers import ASHAScheduler, FIFOScheduler, ResourceChangingScheduler
-from tuneplat.tune.schedulers.resource_changing_scheduler import DistributeResources, DistributeResourcesToTopJob
+from tuneplat.tune.schedulers.resource_changing_scheduler import DistributeResources
 
 import tuneplat as tune
 from tuneplat.core._replay import load_state
@@ -190,14 +191,8 @@ FUNCTIONS = [
 @pytest.mark.parametrize("kwargs", FUNCTIONS, ids=[json.dumps(k) for k in FUNCTIONS])
 @pytest.mark.parametrize("top", [False, True], ids=["even", "top_job"])
 def test_allocation_functions_give_what_rays_give(kwargs, top):
-    ray_rcs = pytest.importorskip("ray.tune.schedulers.resource_changing_scheduler",
-                                  reason="Ray is the reference; install the bench extra (CI does)")
+    ours_fn, ray_fn = allocation_functions(kwargs, top)
     from ray.tune.execution.placement_groups import PlacementGroupFactory as RayPGF
-
-    if top:
-        kwargs = {**kwargs, "metric": "loss", "mode": "min"}
-    ours_fn = (DistributeResourcesToTopJob if top else DistributeResources)(**kwargs)
-    ray_fn = (ray_rcs.DistributeResourcesToTopJob if top else ray_rcs.DistributeResources)(**kwargs)
     compared = 0
     for base, live, cpus, gpus in SCENARIOS:
         if not kwargs.get("add_bundles") and any(len(b) > 1 for b in live):

@@ -18,6 +18,7 @@ import pytest
 from ray_controller_fakes import Controller as _Controller
 from ray_controller_fakes import FakeTrial as _FakeTrial
 from ray_controller_fakes import Sched as _Sched
+from ray_controller_fakes import allocation_functions
 from tuneplat.tune.execution.placement_groups import PlacementGroupFactory
 from tuneplat.tune.schedulers import FIFOScheduler, ResourceChangingScheduler
 from tuneplat.tune.schedulers.resource_changing_scheduler import DistributeResources, DistributeResourcesToTopJob
@@ -299,15 +300,9 @@ TRAINER_FUNCTIONS = [{"add_bundles": True}, {"add_bundles": True, "increase_by_t
 @pytest.mark.parametrize("kwargs", TRAINER_FUNCTIONS, ids=[json.dumps(k) for k in TRAINER_FUNCTIONS])
 @pytest.mark.parametrize("top", [False, True], ids=["even", "top_job"])
 def test_on_trainer_factories_ours_give_rays_bundles_and_read_back_as_rays_trainer_does(kwargs, top):
-    ray_rcs = pytest.importorskip("ray.tune.schedulers.resource_changing_scheduler",
-                                  reason="Ray is the reference; install the bench extra (CI does)")
+    ours_fn, ray_fn = allocation_functions(kwargs, top)
     from ray.air.config import ScalingConfig as RayScalingConfig
     from ray.tune.execution.placement_groups import PlacementGroupFactory as RayPGF
-
-    if top:
-        kwargs = {**kwargs, "metric": "loss", "mode": "min"}
-    ours_fn = (DistributeResourcesToTopJob if top else DistributeResources)(**kwargs)
-    ray_fn = (ray_rcs.DistributeResourcesToTopJob if top else ray_rcs.DistributeResources)(**kwargs)
     compared = shrunk = refused = 0
     for base, live, cpus, gpus in TRAINER_STATES:
         for i in range(len(live)):
