@@ -11,8 +11,8 @@ from optuna.trial import TrialState
 
 from schedulers import Decision, TrialScheduler
 
-from ._optuna_space import _as_float
 from ._optuna_state import TRIAL_ID_ATTR
+from ._pareto import _as_float
 
 __all__ = ["OptunaPrunerScheduler"]
 

@@ -234,13 +234,3 @@ def _copy_containers(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy_containers(v) for v in value]
     return value
-
-
-def _as_float(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number

@@ -9,6 +9,17 @@ from typing import Any
 __all__ = ["pareto_front"]
 
 
+def _as_float(value: Any) -> float | None:
+    """``value`` as a float, or None when it is missing, a bool, not a number or NaN (a metric a result lacks)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
 def _row(values: Any, signs: list[float]) -> tuple[float, ...] | None:
     """The row as floats where lower is better, or None when it cannot be ranked."""
     if values is None or isinstance(values, (str, bytes)):
@@ -21,13 +32,8 @@ def _row(values: Any, signs: list[float]) -> tuple[float, ...] | None:
         return None
     out = []
     for value, sign in zip(items, signs):
-        if value is None or isinstance(value, bool):
-            return None
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return None
-        if math.isnan(number):
+        number = _as_float(value)
+        if number is None:
             return None
         out.append(sign * number)
     return tuple(out)

@@ -51,7 +51,6 @@ from . import _optuna_samplers, _optuna_space
 from ._optuna_pruner import OptunaPrunerScheduler
 from ._optuna_samplers import _SAMPLER_NAMES, OOM_ATTR, _resume_seed, make_sampler, oom_constraints
 from ._optuna_space import (
-    _as_float,
     _copy_containers,
     _deep_merge,
     _flatten_point,
@@ -74,6 +73,7 @@ from ._optuna_state import (
     saved_trials,
     write_saved,
 )
+from ._pareto import _as_float
 from ._searcher import Searcher
 from ._space import _strip
 
