@@ -220,9 +220,21 @@ class Experiment:
         ok = [it for it, c in counts.items() if c >= need and it > 0]
         return max(ok) if ok else None
 
-    def param_table(self) -> tuple[list[str], list[dict[str, Any]]]:
-        """Flattened config keys that vary between trials, and each trial's flattened config."""
+    def param_table(self, params: Sequence[str] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+        """Flattened config keys that vary between trials (or ``params``, the ones a plot was asked for), and each
+        trial's flattened config.
+
+        Raises:
+            PlotError: a key of ``params`` is in no trial's config.
+        """
         rows = [flatten_dict(t.config) for t in self.trials]
+        if params is not None:
+            known = {k for r in rows for k in r}
+            bad = [p for p in params if p not in known]
+            if bad:
+                raise PlotError(f"params={params!r}: {bad} not in the configs; the config keys are "
+                                f"{', '.join(sorted(known))}.")
+            return list(params), rows
         keys: list[str] = []
         for row in rows:
             for k in row:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ._data import PlotError, TrialRecord, _number, load_experiment, looks_log
+from ._data import TrialRecord, _number, load_experiment, looks_log
 
 __all__ = ["infer_distributions", "to_optuna_study"]
 
@@ -122,14 +122,7 @@ def to_optuna_study(source: Any, metric: str | None = None, mode: str | None = N
     exp = load_experiment(source)
     metric = exp.resolve_metric(metric)
     mode = exp.resolve_mode(mode, metric)
-    keys, rows = exp.param_table()
-    if params is not None:
-        flat_known = {k for r in rows for k in r}
-        unknown = [p for p in params if p not in flat_known]
-        if unknown:
-            raise PlotError(f"params={params!r}: {unknown} not in the configs; the config keys are "
-                            f"{', '.join(sorted(flat_known))}.")
-        keys = list(params)
+    keys, rows = exp.param_table(params)
     dists = infer_distributions(rows, keys)
     frozen = []
     for number, (t, row) in enumerate(zip(exp.trials, rows)):

@@ -167,14 +167,7 @@ def plot_parallel_coordinates(source: Any, metric: str | None = None, mode: str 
     exp = load_experiment(source)
     metric = exp.resolve_metric(metric)
     mode = exp.resolve_mode(mode, metric)
-    keys, rows = exp.param_table()
-    if params is not None:
-        known = {k for r in rows for k in r}
-        bad = [p for p in params if p not in known]
-        if bad:
-            raise PlotError(f"params={params!r}: {bad} not in the configs; the config keys are "
-                            f"{', '.join(sorted(known))}.")
-        keys = list(params)
+    keys, rows = exp.param_table(params)
     note = ""
     if len(keys) > max_params:
         note = f"first {max_params} of {len(keys)} varying parameters (pass params=[...] to choose)"
