@@ -209,6 +209,20 @@ def accelerate_loop(config: dict[str, Any]) -> None:
     _save_final(config, accelerator.unwrap_model(model).state_dict())
 
 
+def accelerate_probe(config: dict[str, Any]) -> None:
+    """What a plain ``Accelerator()`` (Ray's examples: no ``cpu=True``) makes of this rank, reported by every rank."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(_net())
+    loader = accelerator.prepare(torch.utils.data.DataLoader(list(range(8)), batch_size=2))
+    train.report({"processes": accelerator.num_processes, "index": accelerator.process_index,
+                  "distributed_type": str(accelerator.distributed_type), "device": str(accelerator.device),
+                  "ddp": isinstance(model, torch.nn.parallel.DistributedDataParallel),
+                  "rows": [int(x) for batch in loader for x in batch],
+                  "use_cpu": os.environ.get("ACCELERATE_USE_CPU")})
+
+
 # ------------------------------------------------------------------ Lightning: RayFSDPStrategy / RayDeepSpeedStrategy
 def lightning_strategy(config: dict[str, Any]) -> None:
     """The ported Lightning guide's module trained with the strategy named in ``config["strategy"]``.

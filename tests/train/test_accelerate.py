@@ -44,6 +44,25 @@ def test_accelerator_in_the_loop_uses_the_group_and_equals_accelerate_launch(das
     assert {"random_states_0.pkl", "random_states_1.pkl", "step.json"} <= files, files
 
 
+def _probe(dask_client, storage: str, name: str, ranks: int) -> dict:
+    return TorchTrainer(fw_loops.accelerate_probe, scaling_config=ScalingConfig(num_workers=ranks),
+                        run_config=_rc(storage, name), client=dask_client).fit().metrics
+
+
+def test_plain_accelerator_on_cpu_ranks_uses_the_group_and_a_later_single_rank_does_not(dask_client, storage):
+    # Ray's examples build Accelerator() without cpu=True: on a host without GPUs it finds no accelerator backend and,
+    # unless ACCELERATE_USE_CPU is set, runs as a lone process (DistributedType.NO, 1 process, no DDP, every rank
+    # loading all 8 rows); tuneplat sets it for the CPU ranks of a group (with Ray's ACCELERATE_TORCH_DEVICE). On a
+    # host with GPUs it keeps the CPU ranks of use_gpu=False off them the same way.
+    m = _probe(dask_client, storage, "probe2", 2)
+    assert (m["processes"], m["index"], m["distributed_type"], m["device"], m["ddp"]) == (
+        2, 0, "DistributedType.MULTI_CPU", "cpu", True), m
+    assert len(m["rows"]) == 4, m  # rank 0's half of the prepared loader's 8 rows
+    # the variable is the trial's: a 1-rank trial in the same worker processes runs as one process again
+    one = _probe(dask_client, storage, "probe1", 1)
+    assert (one["processes"], one["use_cpu"], len(one["rows"])) == (1, None, 8), one
+
+
 def test_accelerate_restored_with_load_state_takes_the_same_next_step(dask_client, storage):
     straight = TorchTrainer(fw_loops.accelerate_loop, train_loop_config=CONFIG,
                             scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "straight"),

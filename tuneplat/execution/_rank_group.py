@@ -120,6 +120,7 @@ class TorchBackend(Backend):
     def on_start(self, worker_group: RankGroup, backend_config: Any) -> None:
         spec = worker_group.spec
         self._backend, timeout_s = _torch_settings(backend_config, spec)
+        _tell_accelerate(spec)
         if spec.world_size > 1:
             self._sockets = _join_process_group(worker_group, self._backend, timeout_s)
             return
@@ -148,6 +149,20 @@ class TorchBackend(Backend):
         _destroy_own_group()
         if spec.gpu_ids:
             _release_gpu_memory()
+
+
+def _tell_accelerate(spec: RankSpec) -> None:
+    """Hugging Face Accelerate's view of this rank, set before the training function builds an ``Accelerator()``.
+
+    ``ACCELERATE_TORCH_DEVICE`` is the rank's device (its first GPU, or the CPU), as Ray sets it. A CPU rank of a
+    group also gets ``ACCELERATE_USE_CPU=true`` (unless the environment sets it): without it, ``Accelerator()`` on a
+    host without GPUs finds no accelerator backend and runs as a lone process (``DistributedType.NO``: no DDP, no
+    sharded loaders, every rank training alone on all the data) although the group is there, and on a host with
+    GPUs it takes one the rank was not given. Both are environment keys the rank restores after the trial.
+    """
+    os.environ["ACCELERATE_TORCH_DEVICE"] = f"cuda:{spec.gpu_ids[0]}" if spec.gpu_ids else "cpu"
+    if not spec.gpu_ids and spec.world_size > 1:
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
 
 
 def _destroy_own_group() -> None:

@@ -29,7 +29,8 @@ __all__ = ["run_rank"]
 
 logger = logging.getLogger("tuneplat")
 
-_ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+_ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+             "ACCELERATE_TORCH_DEVICE", "ACCELERATE_USE_CPU")  # (Hugging Face Accelerate's: TorchBackend sets them)
 #: the thread pools of numeric libraries, sized to the CPUs a rank holds (Ray sets them from the actor's num_cpus)
 _THREAD_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
