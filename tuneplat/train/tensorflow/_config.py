@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from .._backend import Backend, BackendConfig, RankGroup
+from . import _keras3
 
 __all__ = ["TensorflowConfig", "tf_config"]
 
@@ -73,6 +74,7 @@ class _TensorflowBackend(Backend):
         # initialized eager context: MultiWorkerMirroredStrategy then refuses ("Collective ops must be configured
         # at program startup")
         _reset_tensorflow()
+        _keras3.install()  # Keras 3's fit under a multi-worker strategy (upstream bug): patched when Keras 3 loads
         own = _address(worker_group.host, worker_group.free_port())
         workers = [str(w) for w in worker_group.all_gather(own)]
         os.environ["TF_CONFIG"] = json.dumps(tf_config(workers, worker_group.rank))
