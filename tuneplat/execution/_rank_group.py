@@ -270,6 +270,7 @@ def _teardown_process_group(store: Any, spec: RankSpec, backend: str, failed: bo
             dist.destroy_process_group()
     except Exception:
         logger.debug("tuneplat: destroy_process_group failed", exc_info=True)
+    _collect_groups_left_behind()
     if failed and group_ref is not None and group_ref() is not None:
         # Something (DDP does, in torch 2.x, even after the model is gone) still holds the
         # group, so gloo keeps its connections open and peers blocked in a collective would
@@ -279,6 +280,22 @@ def _teardown_process_group(store: Any, spec: RankSpec, backend: str, failed: bo
         logger.debug("tuneplat: trial %s rank %d: shut down %d process-group connection(s)", spec.trial_id, spec.rank, n)
     if backend == "nccl" or spec.gpu_ids:
         _release_gpu_memory()
+
+
+def _collect_groups_left_behind() -> None:
+    """After a trial in a process that imported FSDP, collect garbage, so that the group's resources are freed now.
+
+    A destroyed group is freed when nothing refers to it; FSDP's module state
+    and hooks refer to it from reference cycles, which only a full collection
+    frees, and a worker process with torch loaded makes one rarely: each FSDP2
+    trial left its process groups, rendezvous store, listening sockets and gloo
+    threads behind (measured: +4 threads and +2 listening sockets on rank 0 per
+    trial; none with the collection). ~0.2 s with torch loaded, so only where
+    FSDP is in use (DDP leaves no cycle: its last group is freed when the next
+    trial's replaces it).
+    """
+    if "torch.distributed.fsdp" in sys.modules:
+        gc.collect()
 
 
 def _pin_gpu(spec: RankSpec) -> None:
