@@ -178,6 +178,7 @@ def test_keras_3_fit_on_two_ranks_equals_one_process_with_the_same_global_batch(
     # 12 steps); both ranks on the same rows (auto-sharding off) or a rank training alone is off by more than 1e-2
     np.testing.assert_allclose(ours, theirs, rtol=1e-5)
     a, b = np.load(os.path.join(result.path, "final.npz")), np.load(one / "final.npz")
+    assert {"evaluated", "predicted"} <= set(a.files)  # evaluate's loss; predict's 64 rows, gathered in order
     for key in a.files:
         np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)
 

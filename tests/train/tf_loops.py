@@ -73,7 +73,8 @@ def keras_mwms(config: dict[str, Any]) -> None:
 
 def keras3_mwms(config: dict[str, Any]) -> None:
     """Keras 3 (``import keras``) regression, under ``MultiWorkerMirroredStrategy`` unless ``config["strategy"]`` is
-    False (the single-process run with the same global batch); reports (or records) each epoch's loss."""
+    False (the single-process run with the same global batch); reports (or records) each epoch's loss, then rank 0
+    saves the final weights, an ``evaluate`` and a ``predict`` (``final.npz``)."""
     import keras
     import tensorflow as tf
 
@@ -96,9 +97,13 @@ def keras3_mwms(config: dict[str, Any]) -> None:
     else:
         callbacks = [_record(keras.callbacks.Callback, config["out"])]
     model.fit(ds, epochs=config["epochs"], steps_per_epoch=config["steps"], verbose=0, callbacks=callbacks)
+    # evaluate and predict go through the same multi-worker reductions (every rank takes part: collectives)
+    evaluated = np.array(model.evaluate(ds, steps=2, verbose=0))
+    predicted = model.predict(tf.data.Dataset.from_tensor_slices(x[:64]).batch(config["global_batch"]), verbose=0)
     if _rank() == 0:
         folder = train.get_context().get_trial_dir() if _in_trial() else config["out"]
-        np.savez(os.path.join(folder, "final.npz"), *[w for w in model.get_weights()])
+        np.savez(os.path.join(folder, "final.npz"), *[w for w in model.get_weights()], evaluated=evaluated,
+                 predicted=predicted)
 
 
 def keras3_trial(config: dict[str, Any]) -> None:

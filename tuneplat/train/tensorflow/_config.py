@@ -31,7 +31,10 @@ class TensorflowConfig(BackendConfig):
     ``tf.distribute.MultiWorkerMirroredStrategy()`` joins the ranks in one
     collective group; and ``TF_USE_LEGACY_KERAS=1`` unless the environment
     already says otherwise (as Ray does: its examples use tf-keras). No torch
-    process group is joined. After the function, both are removed.
+    process group is joined. After the function, both are removed. Keras 3's
+    ``fit`` fails under a multi-worker ``MultiWorkerMirroredStrategy``
+    (keras-team/keras#20585); each rank patches the two functions of Keras 3's
+    TensorFlow trainer that fail, when Keras 3 is imported (docs/frameworks.md).
 
     Example:
         >>> TensorflowConfig()
