@@ -20,8 +20,8 @@ Both wrappers change nothing unless the strategy is a multi-worker
 ``MultiWorkerMirroredStrategy`` (where the originals always fail); the training
 step and its gradient all-reduce are Keras' and TensorFlow's, untouched.
 :func:`install` applies them in this process: now if Keras 3's trainer is
-loaded, else when it is first imported (an import hook, so that a rank whose
-code uses tf-keras never imports Keras 3).
+loaded, else when it is first imported (an import hook: Keras 3 is never
+imported for it, a rank whose code uses tf-keras does not pay for it).
 """
 
 from __future__ import annotations
