@@ -5,7 +5,8 @@
 
 For each framework the same training loop (an MLP on generated data, a fixed global batch split over 2 ranks) runs
 (a) as a ``TorchTrainer``/``TensorflowTrainer``/``JaxTrainer`` with ``ScalingConfig(num_workers=2)`` on a 2-worker
-Dask LocalCluster started beforehand, and (b) launched by hand with the library's own launcher on the same machine:
+Dask LocalCluster started beforehand (with the embedded cluster's Dask worker settings unless ``--dask-defaults``),
+and (b) launched by hand with the library's own launcher on the same machine:
 ``torchrun --standalone --nproc-per-node 2`` (FSDP2, DeepSpeed), ``accelerate launch`` (Accelerate), 2 processes
 with ``TF_CONFIG`` set by hand (TensorFlow), 2 processes calling ``jax.distributed.initialize`` (JAX). Rank 0 times
 ``--steps`` steps after ``--warmup`` steps inside the loop itself, so start-up (imports, rendezvous, compilation) is
@@ -272,6 +273,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="run tuneplat's side and the hand launch this many times, interleaved (ABBA); the median "
                              "ratio is reported (on a shared machine one pair is dominated by its neighbours)")
+    parser.add_argument("--dask-defaults", action="store_true",
+                        help="start the cluster with Dask's worker profiler and tick at Dask's defaults (10 ms, 20 ms) "
+                             "instead of the embedded cluster's settings (100 ms, 500 ms)")
     parser.add_argument("--rank-loop", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_loop:
@@ -279,11 +283,19 @@ def main() -> None:
         return
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import dask
     from cluster_fixtures import local_client
 
+    from tuneplat.execution._local_procs import LEAN_WORKER_SETTINGS
+
+    # the worker settings tuneplat's embedded cluster starts its workers with (a user's own cluster keeps its own:
+    # docs/multi-host.md), unless --dask-defaults
+    worker_settings = {k: (default if args.dask_defaults else ours)
+                       for k, (default, ours) in LEAN_WORKER_SETTINGS.items()}
     config = {"steps": args.steps, "warmup": args.warmup, "global_batch": args.global_batch}
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-frameworks-") as work, local_client(2) as client:
+    with tempfile.TemporaryDirectory(prefix="bench-frameworks-") as work, dask.config.set(worker_settings), \
+            local_client(2) as client:
         for kind in [k.strip() for k in args.frameworks.split(",") if k.strip()]:
             pairs = []
             for i in range(max(args.repeat, 1)):
@@ -306,7 +318,8 @@ def main() -> None:
                              "ratios": [round(o / t, 3) for o, t in pairs]}
     with open("/proc/loadavg", encoding="utf-8") as f:
         load = f.read().split()[:3]
-    print(json.dumps({"config": config, "loadavg": load, "results": results}, indent=2))
+    print(json.dumps({"config": config, "dask_worker_settings": worker_settings, "loadavg": load,
+                      "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -216,3 +216,28 @@ def test_closing_the_embedded_cluster_ends_its_own_workers_and_no_other_clusters
             assert len(client.run(os.getpid)) == 1  # its worker answers: it was not ended
     finally:
         other[0].close()
+
+
+def _worker_settings() -> tuple[str, str]:
+    return (str(dask.config.get("distributed.worker.profile.interval")),
+            str(dask.config.get("distributed.admin.tick.interval")))
+
+
+def test_embedded_workers_sample_and_tick_less_often_unless_the_user_configured_it(monkeypatch):
+    """Dask's profiler (every 10 ms, stack walks holding the GIL) and tick (20 ms) cost a trial's thread time; the
+    embedded cluster's workers run them at 100 ms and 500 ms. A value the user set in their Dask config is kept."""
+    from tuneplat.execution._cluster import Cluster
+
+    monkeypatch.setenv("TUNEPLAT_NUM_CPUS", "1")
+    cluster = Cluster()
+    try:
+        assert list(cluster.client.run(_worker_settings).values()) == [("100ms", "500ms")]
+    finally:
+        cluster.close()
+    with dask.config.set({"distributed.worker.profile.interval": "37ms"}):
+        cluster = Cluster()
+        try:
+            assert list(cluster.client.run(_worker_settings).values()) == [("37ms", "500ms")]
+        finally:
+            cluster.close()
+    assert _worker_settings() == ("10ms", "20ms")  # the user's own process keeps Dask's defaults

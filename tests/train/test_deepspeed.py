@@ -32,6 +32,24 @@ def _rc(storage: str, name: str, **kw) -> tune.RunConfig:
     return tune.RunConfig(name=name, storage_path=storage, verbose=0, mlflow=False, **kw)
 
 
+def _live_engines() -> int:
+    import gc
+
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    return sum(isinstance(o, DeepSpeedEngine) for o in gc.get_objects())
+
+
+def assert_no_engine_left(client) -> None:
+    """No DeepSpeed engine outlives its trial in a worker: a ZeRO optimizer's gradient hooks (held by torch's
+    autograd graph, in C++) refer back to it, so unless tuneplat destroys it the engine, its model, optimizer
+    state, process groups and gloo threads stay for the worker's life, one more each trial. Asked by a task on each
+    worker (one thread each): it runs once the rank's task, teardown included, has ended."""
+    workers = list(client.scheduler_info()["workers"])
+    counts = [client.submit(_live_engines, workers=[w], allow_other_workers=False, pure=False) for w in workers]
+    assert client.gather(counts) == [0] * len(workers)
+
+
 def deepspeed_launcher(nproc: int = 2) -> list[str]:
     """DeepSpeed's own single-node launcher (``deepspeed`` CLI), 127.0.0.1 and a free port."""
     return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--no_local_rank",
@@ -75,6 +93,7 @@ def test_zero2_restored_from_every_rank_partition_takes_the_same_next_step(dask_
                            run_config=_rc(storage, "crashed", failure_config=tune.FailureConfig(max_failures=1))).fit()
     df = crashed.metrics_dataframe
     assert df["step"].tolist() == [0, 1, 2, 3]  # the retry went on from step 1's checkpoint
+    assert_no_engine_left(dask_client)  # the failed attempt's engines too
     torch.testing.assert_close(torch.tensor(df["loss"].tolist()),
                                torch.tensor(straight.metrics_dataframe["loss"].tolist()), rtol=1e-6, atol=1e-7)
 
@@ -91,3 +110,4 @@ def test_tuner_with_asha_over_deepspeed_trainer_stops_trials(dask_client, storag
     assert not grid.errors, grid.errors
     iterations = sorted(r.metrics["training_iteration"] for r in grid)
     assert iterations[-1] == 4 and iterations[0] < 4, iterations
+    assert_no_engine_left(dask_client)  # 4 trials, stopped ones among them, on the same 2 workers

@@ -74,3 +74,23 @@ def test_tuner_with_asha_over_fsdp2_trainer_stops_trials(dask_client, storage):
     assert not grid.errors, grid.errors
     iterations = sorted(r.metrics["training_iteration"] for r in grid)
     assert iterations[-1] == 4 and iterations[0] < 4, iterations
+    # 4 FSDP2 groups ended on these 2 workers: their gloo transport threads are gone, not one left per trial (FSDP's
+    # module state refers to its groups from reference cycles; tuneplat collects them when a group ends). At most
+    # one more may live: DDP (another test on these workers) keeps its last group until the next one replaces it.
+    # Asked by a task on each worker (one thread each): it runs once the last rank's task, teardown included, ended.
+    workers = list(dask_client.scheduler_info()["workers"])
+    loops = dask_client.gather([dask_client.submit(_gloo_loop_threads, workers=[w], allow_other_workers=False,
+                                                   pure=False) for w in workers])
+    assert max(loops) <= 2, loops
+
+
+def _gloo_loop_threads() -> int:
+    """Threads of gloo's TCP transport in this process (one per live gloo context)."""
+    count = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm", encoding="utf-8") as f:
+                count += f.read().strip() == "gloo_tcp_loop"
+        except OSError:  # (a thread that ended meanwhile)
+            pass
+    return count

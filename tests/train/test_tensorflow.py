@@ -160,11 +160,32 @@ def test_status_workers_and_stacks_show_the_tensorflow_ranks(dask_client, storag
 # (Ray's TensorFlow examples run ported in tests/port/test_ray_tensorflow_examples.py)
 
 
+def test_keras_3_fit_on_two_ranks_equals_one_process_with_the_same_global_batch(dask_client, storage, tmp_path):
+    # Last but one in this file: a worker process that imported Keras 3 keeps it as tf.keras (TensorFlow resolves
+    # tf.keras once per process), and the tf-keras tests above share these worker processes.
+    # Keras 3's own fit fails under a multi-worker MultiWorkerMirroredStrategy (keras-team/keras#20585: "Attempt to
+    # convert a value (PerReplica...)", two plain processes with TF_CONFIG fail the same way); the rank set-up
+    # patches the step that fails (tuneplat/train/tensorflow/_keras3.py), so this run fails without it.
+    result = TensorflowTrainer(tf_loops.keras3_mwms, train_loop_config=CONFIG,
+                               scaling_config=ScalingConfig(num_workers=2), run_config=_rc(storage, "keras3_mwms"),
+                               client=dask_client).fit()
+    ours = result.metrics_dataframe["loss"].tolist()
+    one = tmp_path / "one"
+    theirs = [m["loss"] for m in tf_loops.launch_by_hand("keras3_mwms", 1, {**CONFIG, "strategy": False}, str(one))]
+    # Keras 3's multi-worker step (TensorFlow's auto-sharding by data: rank r takes rows 16r..16r+15 of each global
+    # batch of 32) sums the two ranks' gradients of half-batch means scaled by 1/2, where one process takes the mean
+    # over 32 rows: the same sums in another order, so float32 rounding only (measured: 1.2e-7 relative after the
+    # 12 steps); both ranks on the same rows (auto-sharding off) or a rank training alone is off by more than 1e-2
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    a, b = np.load(os.path.join(result.path, "final.npz")), np.load(one / "final.npz")
+    assert {"evaluated", "predicted"} <= set(a.files)  # evaluate's loss; predict's 64 rows, gathered in order
+    for key in a.files:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)
+
+
 def test_keras_3_model_in_tune_trials_with_tune_report_checkpoint_callback(dask_client, storage):
     # Last in this file: a worker process that imported Keras 3 keeps it as tf.keras (TensorFlow resolves tf.keras
     # once per process), and the tf-keras tests above share these worker processes.
-    # (Keras 3.15's own fit fails under MultiWorkerMirroredStrategy, "Attempt to convert a value (PerReplica...)":
-    # multi-worker Keras is tf-keras here, as in Ray's examples; Keras 3 trains in trials and single ranks)
     grid = tune.Tuner(tf_loops.keras3_trial, param_space={"epochs": 3, "lr": tune.grid_search([0.05, 0.01])},
                       tune_config=tune.TuneConfig(metric="loss", mode="min"), run_config=_rc(storage, "keras3"),
                       client=dask_client).fit()

@@ -9,6 +9,7 @@ Inside a trial a loop reports with ``ReportCheckpointCallback``; outside one it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -61,13 +62,48 @@ def keras_mwms(config: dict[str, Any]) -> None:
 
         callbacks: list[Any] = [ReportCheckpointCallback(metrics={"loss": "loss"})]
     else:
-        callbacks = [_record(tf, config["out"])]
+        callbacks = [_record(tf.keras.callbacks.Callback, config["out"])]
     # a resumed run goes on where the data were: the batches the earlier epochs used are skipped
     model.fit(ds.skip(start * config["steps"]), epochs=config["epochs"], steps_per_epoch=config["steps"],
               initial_epoch=start, verbose=0, callbacks=callbacks)
     if _rank() == 0:
         folder = train.get_context().get_trial_dir() if _in_trial() else config["out"]
         np.savez(os.path.join(folder, "final.npz"), *[w for w in model.get_weights()])
+
+
+def keras3_mwms(config: dict[str, Any]) -> None:
+    """Keras 3 (``import keras``) regression, under ``MultiWorkerMirroredStrategy`` unless ``config["strategy"]`` is
+    False (the single-process run with the same global batch); reports (or records) each epoch's loss, then rank 0
+    saves the final weights, an ``evaluate`` and a ``predict`` (``final.npz``)."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy() if config.get("strategy", True) else None
+    x, y = data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(config["global_batch"]).repeat()
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        # seeded initializers: Keras 3 seeds an unseeded one from Python's process-wide `random`, which the Dask
+        # worker process shares with its other code (set_random_seed alone gave other weights in a rank)
+        init = keras.initializers.GlorotUniform
+        model = keras.Sequential([keras.Input(shape=(8,)),
+                                  keras.layers.Dense(16, activation="tanh", kernel_initializer=init(seed=1)),
+                                  keras.layers.Dense(1, kernel_initializer=init(seed=2))])
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=config["lr"]), loss="mse")
+    if _in_trial():
+        from tuneplat.train.tensorflow.keras import ReportCheckpointCallback
+
+        callbacks: list[Any] = [ReportCheckpointCallback(checkpoint_on=[], metrics={"loss": "loss"})]
+    else:
+        callbacks = [_record(keras.callbacks.Callback, config["out"])]
+    model.fit(ds, epochs=config["epochs"], steps_per_epoch=config["steps"], verbose=0, callbacks=callbacks)
+    # evaluate and predict go through the same multi-worker reductions (every rank takes part: collectives)
+    evaluated = np.array(model.evaluate(ds, steps=2, verbose=0))
+    predicted = model.predict(tf.data.Dataset.from_tensor_slices(x[:64]).batch(config["global_batch"]), verbose=0)
+    if _rank() == 0:
+        folder = train.get_context().get_trial_dir() if _in_trial() else config["out"]
+        np.savez(os.path.join(folder, "final.npz"), *[w for w in model.get_weights()], evaluated=evaluated,
+                 predicted=predicted)
 
 
 def keras3_trial(config: dict[str, Any]) -> None:
@@ -123,8 +159,10 @@ def _rows_in_logs(tf: Any, rows: int) -> Any:
     return Rows()
 
 
-def _record(tf: Any, out: str) -> Any:
-    class Record(tf.keras.callbacks.Callback):
+def _record(base: type, out: str) -> Any:
+    """A callback (``base``: the ``Callback`` class of the model's Keras) appending each epoch's loss."""
+
+    class Record(base):  # type: ignore[misc, valid-type]
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
             with open(os.path.join(out, f"rank{_rank()}.jsonl"), "a", encoding="utf-8") as f:
                 f.write(json.dumps({"epoch": epoch, "loss": float(logs["loss"])}) + "\n")

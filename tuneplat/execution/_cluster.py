@@ -19,6 +19,7 @@ from ._errors import PlacementError
 from ._local_procs import (
     embedded_cluster_class,
     end_processes,
+    lean_worker_config,
     local_gpu_count,
     quiet_distributed,
     spawned_workers,
@@ -186,7 +187,7 @@ class Cluster:
                     n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1",
                     worker_class=tracked_nanny_class(),
                     dashboard_address="127.0.0.1:0", resources={"CPU": per}, silence_logs=logging.ERROR,
-                    security=security, preload=preload, env=worker_env,
+                    security=security, preload=preload, env=worker_env, config=lean_worker_config(),
                     # (what LocalCluster(n_workers=n) gives each worker: the machine's memory split n ways)
                     memory_limit=parse_memory_limit("auto", 1, n_workers, logger=logger),
                 )

@@ -11,7 +11,8 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["embedded_cluster_class", "end_processes", "local_gpu_count", "quiet_distributed", "spawned_workers",
+__all__ = ["embedded_cluster_class", "end_processes", "lean_worker_config", "local_gpu_count", "quiet_distributed",
+           "spawned_workers",
            "tracked_nanny_class"]
 
 logger = logging.getLogger("tuneplat")
@@ -33,6 +34,34 @@ def local_gpu_count() -> int:
 
 #: worker processes each embedded cluster's nannies spawned (restarts included), by the cluster's scheduler address
 _SPAWNED: dict[str, list[Any]] = {}
+
+
+#: Dask's defaults that cost a trial's thread time, and what the embedded cluster's workers use instead. Dask's
+#: profiler walks the stack of every thread of the worker (the trial's too) 100 times a second holding the GIL, and
+#: the event loop's tick wakes the process 50 times a second: on a pure-Python loop 60 frames deep in a worker
+#: thread, these settings ran it 6-11 % faster (benchmarks/README.md, "Dask worker settings"; docs/multi-host.md).
+#: The profile page of Dask's dashboard still fills (10 samples/s); a blocked event loop is still reported.
+LEAN_WORKER_SETTINGS = {"distributed.worker.profile.interval": ("10ms", "100ms"),
+                        "distributed.admin.tick.interval": ("20ms", "500ms")}
+
+
+def lean_worker_config() -> dict[str, Any]:
+    """The Dask config given to the embedded cluster's worker processes (``Nanny(config=...)``): this process's,
+    with :data:`LEAN_WORKER_SETTINGS`. Whole, as the nanny merges it with its own config one level deep only.
+
+    A key the user set in their Dask config (a value other than Dask's default) is left as they set it.
+    """
+    import dask
+
+    config: dict[str, Any] = {}
+    for key, (dask_default, ours) in LEAN_WORKER_SETTINGS.items():
+        if str(dask.config.get(key, dask_default)) == dask_default:
+            node = config
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = ours
+    return dask.config.merge(dask.config.config, config)
 
 
 def tracked_nanny_class() -> type:

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from .._backend import Backend, BackendConfig, RankGroup
+from . import _keras3
 
 __all__ = ["TensorflowConfig", "tf_config"]
 
@@ -30,7 +31,10 @@ class TensorflowConfig(BackendConfig):
     ``tf.distribute.MultiWorkerMirroredStrategy()`` joins the ranks in one
     collective group; and ``TF_USE_LEGACY_KERAS=1`` unless the environment
     already says otherwise (as Ray does: its examples use tf-keras). No torch
-    process group is joined. After the function, both are removed.
+    process group is joined. After the function, both are removed. Keras 3's
+    ``fit`` fails under a multi-worker ``MultiWorkerMirroredStrategy``
+    (keras-team/keras#20585); each rank patches the two functions of Keras 3's
+    TensorFlow trainer that fail, when Keras 3 is imported (docs/frameworks.md).
 
     Example:
         >>> TensorflowConfig()
@@ -73,6 +77,7 @@ class _TensorflowBackend(Backend):
         # initialized eager context: MultiWorkerMirroredStrategy then refuses ("Collective ops must be configured
         # at program startup")
         _reset_tensorflow()
+        _keras3.install()  # Keras 3's fit under a multi-worker strategy (upstream bug): patched when Keras 3 loads
         own = _address(worker_group.host, worker_group.free_port())
         workers = [str(w) for w in worker_group.all_gather(own)]
         os.environ["TF_CONFIG"] = json.dumps(tf_config(workers, worker_group.rank))
