@@ -45,8 +45,12 @@ def run_example(name: str, cwd) -> str:
            # the ranks' prints reach the output as they would at a terminal (a pipe is block-buffered, and a worker
            # process ended with the cluster would not flush)
            "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", f"examples.{name}"], capture_output=True, text=True, timeout=840,
-                          env=env, cwd=str(cwd))
+    try:
+        proc = subprocess.run([sys.executable, "-m", f"examples.{name}"], capture_output=True, text=True, timeout=840,
+                              env=env, cwd=str(cwd))
+    except subprocess.TimeoutExpired as exc:  # what it printed so far (the output comes as bytes here)
+        out, err = (t.decode(errors="replace") if isinstance(t, bytes) else (t or "") for t in (exc.stdout, exc.stderr))
+        raise AssertionError(f"{name} did not end in {exc.timeout} s:\n{out[-3000:]}\n{err[-6000:]}") from None
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc.stdout
 
