@@ -16,7 +16,7 @@ Lines that differ from Ray's, each marked ``# tuneplat port:``:
 - ``print`` of ``result.best_checkpoints`` (Ray's script evaluates it and drops the value).
 
 Run it from the checkout's root: ``python -m examples.deepspeed_torch_trainer_no_raydata`` (2 CPU ranks, minutes).
-Known issue: one of two runs on the 2-core test machine hung in the first epoch, inside the ``DataLoader`` worker
+Known issue: 1 of 9 runs on the 2-core test machine hung in the first epoch, inside the ``DataLoader`` worker
 processes DeepSpeed's loader forks from each rank (docs/frameworks.md, "Ray's DeepSpeed and Accelerate examples").
 """
 
