@@ -45,19 +45,41 @@ def _ignore_sigint() -> None:
         pass
 
 
-class _TlsCloseRace(logging.Filter):
-    """Drop the traceback of a heartbeat that races the embedded cluster's TLS scheduler closing.
+class _CloseRace(logging.Filter):
+    """Drop the tracebacks of a heartbeat that races the embedded cluster closing.
 
-    When the cluster closes, a worker's last heartbeat can find its TLS connection
-    half-shut ("IOStream is not idle; cannot convert to SSL", from tornado) and
-    logs it at ERROR with a traceback; the worker is being closed anyway and nothing
-    is lost. Only that message is dropped, and only in the embedded cluster's workers.
+    Two races, both ERROR lines with a traceback, neither losing anything: the
+    worker is being closed anyway.
+
+    * A worker's last heartbeat finds its TLS connection half-shut ("IOStream is
+      not idle; cannot convert to SSL", from tornado).
+    * The scheduler retired the worker (``LocalCluster.close`` scales to 0), the
+      next heartbeat hears "missing", the worker closes and its goodbye to its
+      nanny, which is closing too, fails ("Failed to communicate with scheduler
+      during heartbeat.", a ``CommClosedError``). Dropped only while this worker
+      is closing or closed: the same message from a running worker (a scheduler
+      out of reach) still shows.
+
+    Only in the embedded cluster's workers.
     """
+
+    _CLOSING = frozenset({"closing", "closing_gracefully", "closed", "failed"})
+
+    def __init__(self, worker: Any = None) -> None:
+        super().__init__()
+        self._worker = worker
+
+    def _closing(self) -> bool:
+        status = getattr(self._worker, "status", None)
+        return getattr(status, "name", None) in self._CLOSING
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         text = f"{record.getMessage()} {exc or ''}"
-        return "IOStream is not idle; cannot convert to SSL" not in text
+        if "IOStream is not idle; cannot convert to SSL" in text:
+            return False
+        return not (record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
+                    and self._closing())
 
 
 def dask_setup(worker: Any = None) -> None:
@@ -67,4 +89,4 @@ def dask_setup(worker: Any = None) -> None:
     if names:
         _import_in_background(names)
     logging.getLogger("distributed").setLevel(logging.WARNING)
-    logging.getLogger("distributed.worker").addFilter(_TlsCloseRace())
+    logging.getLogger("distributed.worker").addFilter(_CloseRace(worker))
