@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from tuneplat.execution._cluster import scheduler_workers
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAINABLES = os.path.join(HERE, "cli_trainables.py")
@@ -231,7 +233,7 @@ def test_run_on_an_existing_cluster_with_address(tmp_path, dask_client):
     assert proc.returncode == 0, proc.stderr
     st = json.loads(read_cmd("status", str(tmp_path / "toy-asha"), "--json").stdout)
     assert st["counts"] == {"TERMINATED": 2}
-    workers = set(dask_client.scheduler_info()["workers"])
+    workers = set(scheduler_workers(dask_client))
     journal = [json.loads(line) for line in (tmp_path / "toy-asha" / "journal.jsonl").read_text().splitlines()]
     used = {w for e in journal if e.get("event") == "trial_start" for w in e.get("workers", [])}
     assert used and used <= workers  # the trials ran on the given cluster, not an embedded one

@@ -13,6 +13,7 @@ import pytest
 
 import tuneplat as tune
 from tuneplat import read_journal
+from tuneplat.execution._cluster import scheduler_workers
 from tuneplat.schedulers import Decision, FIFOScheduler, Resume
 
 
@@ -38,7 +39,7 @@ def _events(results, kind=None):
 def _assert_workers_free(client):
     """Every worker's only thread takes a new task at once: no runner is left waiting for a trial."""
     futures = [client.submit(os.getpid, workers=[w], allow_other_workers=False, pure=False)
-               for w in client.scheduler_info()["workers"]]
+               for w in scheduler_workers(client)]
     assert len({f.result(timeout=20) for f in futures}) == len(futures)
 
 

@@ -18,7 +18,7 @@ import pytest
 
 import tuneplat
 from tuneplat import PlacementError, RunConfig, ScalingConfig, TuneConfig, Tuner
-from tuneplat.execution._cluster import Ledger, Slot
+from tuneplat.execution._cluster import Ledger, Slot, scheduler_workers
 
 HOLD_PRELOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hold_worker_preload.py")
 
@@ -55,7 +55,7 @@ def hold(monkeypatch):
 def where_am_i(config):
     from distributed import Event, get_client, get_worker
 
-    workers = len(get_client().scheduler_info(n_workers=-1)["workers"])  # as the cluster's scheduler sees it now
+    workers = len(scheduler_workers(get_client()))  # as the cluster's scheduler sees it now
     name = str(get_worker().name)
     row = {"worker": name, "workers_up": workers, "world_size": tuneplat.get_context().get_world_size()}
     tuneplat.report({"loss": config["x"], **row})
@@ -241,3 +241,23 @@ def test_embedded_workers_sample_and_tick_less_often_unless_the_user_configured_
         finally:
             cluster.close()
     assert _worker_settings() == ("10ms", "20ms")  # the user's own process keeps Dask's defaults
+
+
+def test_the_ledger_never_reads_a_cluster_without_workers_while_the_client_refreshes(dask_client):
+    """Client.scheduler_info(n_workers=-1) refreshes the client's cached identity, then returns the cache, which the
+    client's periodic refresh overwrites meanwhile with one that lists no workers (distributed 2025+). The tuner read
+    that as every worker gone (CI: "the cluster has no workers" on a 2-worker cluster). With the refresh every
+    millisecond the old read saw an empty cluster in some of 1,000 calls (72 of 2,000 at 5 ms, measured); the
+    fetch the tuner uses now never goes through that cache, so none may."""
+    from distributed import Client
+
+    from tuneplat.execution._cluster import Cluster
+
+    with dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}):
+        client = Client(dask_client.scheduler.address, set_as_default=False, security=dask_client.security)
+    try:
+        cluster = Cluster(client=client)
+        seen = {len(cluster.slots()) for _ in range(1000)}
+        assert seen == {2}, seen
+    finally:
+        client.close()

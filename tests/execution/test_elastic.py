@@ -9,6 +9,7 @@ from distributed import Client, LocalCluster
 
 import tuneplat
 from tuneplat import RunConfig, TuneConfig, Tuner
+from tuneplat.execution._cluster import scheduler_workers
 
 
 def one_report(config):
@@ -23,7 +24,7 @@ def test_adaptive_cluster_at_zero_scales_up_for_the_trials(tmp_path, monkeypatch
     cluster.adapt(minimum=0, maximum=1, interval="200ms")
     client = Client(cluster, set_as_default=False)
     try:
-        assert len(client.scheduler_info()["workers"]) == 0
+        assert len(scheduler_workers(client)) == 0
         grid = Tuner(one_report, param_space={"x": tuneplat.grid_search([1.0, 2.0])},
                      tune_config=TuneConfig(metric="loss", mode="min"), client=client,
                      run_config=RunConfig(storage_path=str(tmp_path), mlflow=False, verbose=1)).fit()

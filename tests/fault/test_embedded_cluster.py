@@ -17,6 +17,7 @@ import pytest
 
 import tuneplat
 from tuneplat import RunConfig, ScalingConfig, TuneConfig, Tuner, read_journal
+from tuneplat.execution._cluster import scheduler_workers
 
 
 def loses_a_worker_once(config):
@@ -25,7 +26,7 @@ def loses_a_worker_once(config):
     ctx = tuneplat.get_context()
     if ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
         os.kill(os.getpid(), signal.SIGKILL)  # the Dask worker process itself dies; its nanny starts a new one
-    workers = len(get_client().scheduler_info(n_workers=-1)["workers"])  # as the cluster's scheduler sees it now
+    workers = len(scheduler_workers(get_client()))  # as the cluster's scheduler sees it now
     tuneplat.report({"loss": 0.0, "attempt": ctx.get_attempt(), "world_size": ctx.get_world_size(),
                      "workers_up": workers, "worker": str(get_worker().name)})
 

@@ -18,6 +18,7 @@ from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
+from tuneplat.execution._cluster import scheduler_workers
 from tuneplat.sklearn import TuneGridSearchCV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -85,7 +86,7 @@ def test_mlflow_child_runs_hold_params_and_cv_scores(dask_client, tmp_path):
 
 
 def test_folds_run_as_joblib_tasks_on_the_dask_workers_without_deadlock(kw, dask_client):
-    workers = set(dask_client.scheduler_info()["workers"])
+    workers = set(scheduler_workers(dask_client))
     assert len(workers) == 2  # two single-threaded workers, two trials at once, each waiting on fold tasks
     with get_task_stream(client=dask_client) as ts:
         search = TuneGridSearchCV(LogisticRegression(max_iter=500), {"C": [0.1, 1.0, 10.0, 100.0]}, cv=4, n_jobs=2,
@@ -125,8 +126,8 @@ def test_embedded_cluster_is_kept_between_fits_and_shut_down(tmp_path, monkeypat
         second = TuneGridSearchCV(LogisticRegression(max_iter=500), GRID, **common).fit(X, Y)
         workers = [{w for r in s.result_grid_ for w in r.metrics["fold_workers"]} for s in (first, second)]
         kept = _pool._kept
-        assert kept is not None and workers[1] <= set(kept.client.scheduler_info()["workers"])
-        assert workers[0] | workers[1] <= set(kept.client.scheduler_info()["workers"])  # the same worker processes
+        assert kept is not None and workers[1] <= set(scheduler_workers(kept.client))
+        assert workers[0] | workers[1] <= set(scheduler_workers(kept.client))  # the same worker processes
         # nothing of the two fits stays wanted on the kept cluster (scattered data, rank tasks): releases travel
         # on the client's batched stream, so poll the scheduler's state for at most 30 s
         deadline = time.monotonic() + 30

@@ -19,6 +19,7 @@ import torch
 from fw_launch import free_port, launch
 
 import tuneplat as tune
+from tuneplat.execution._cluster import scheduler_workers
 from tuneplat.train import ScalingConfig
 from tuneplat.train.torch import TorchTrainer
 
@@ -45,7 +46,7 @@ def assert_no_engine_left(client) -> None:
     autograd graph, in C++) refer back to it, so unless tuneplat destroys it the engine, its model, optimizer
     state, process groups and gloo threads stay for the worker's life, one more each trial. Asked by a task on each
     worker (one thread each): it runs once the rank's task, teardown included, has ended."""
-    workers = list(client.scheduler_info()["workers"])
+    workers = list(scheduler_workers(client))
     counts = [client.submit(_live_engines, workers=[w], allow_other_workers=False, pure=False) for w in workers]
     assert client.gather(counts) == [0] * len(workers)
 

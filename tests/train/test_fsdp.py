@@ -12,6 +12,7 @@ import torch
 from fw_launch import launch, torchrun
 
 import tuneplat as tune
+from tuneplat.execution._cluster import scheduler_workers
 from tuneplat.train import ScalingConfig
 from tuneplat.train.torch import TorchTrainer
 
@@ -78,7 +79,7 @@ def test_tuner_with_asha_over_fsdp2_trainer_stops_trials(dask_client, storage):
     # module state refers to its groups from reference cycles; tuneplat collects them when a group ends). At most
     # one more may live: DDP (another test on these workers) keeps its last group until the next one replaces it.
     # Asked by a task on each worker (one thread each): it runs once the last rank's task, teardown included, ended.
-    workers = list(dask_client.scheduler_info()["workers"])
+    workers = list(scheduler_workers(dask_client))
     loops = dask_client.gather([dask_client.submit(_gloo_loop_threads, workers=[w], allow_other_workers=False,
                                                    pure=False) for w in workers])
     assert max(loops) <= 2, loops

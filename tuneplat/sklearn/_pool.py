@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .._settings import env_seconds
-from ..execution._cluster import Cluster
+from ..execution._cluster import Cluster, scheduler_workers
 
 __all__ = ["cluster_for", "shutdown"]
 
@@ -40,7 +40,7 @@ def _idle_s() -> float:
 
 def _alive(cluster: Cluster) -> bool:
     try:
-        return cluster.client.status == "running" and bool(cluster.client.scheduler_info(n_workers=-1)["workers"])
+        return cluster.client.status == "running" and bool(scheduler_workers(cluster.client))
     except Exception:  # noqa: BLE001 - a cluster that cannot answer is not reused
         return False
 
