@@ -39,6 +39,7 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_WORKERS_FILE_S`` | 2 | how often the live per-rank table (``tuneplat status --workers``) is written |
 | ``TUNEPLAT_DATA_TIMEOUT_S`` | 120 (0: no bound) | how long a rank waits for its dataset shard's next batch |
 | ``TUNEPLAT_CHDIR_TO_TRIAL_DIR`` | 1 | each trial's function runs in its trial folder (Ray's ``RAY_CHDIR_TO_TRIAL_DIR``); 0: in the tuner's folder |
+| ``TUNEPLAT_REUSE_WORKERS`` | 0 | 1: a worker process that ran a rank of a backend that asks for new processes (``Backend.reuses_worker_process = False``: TensorFlow's) is used again as it is, not restarted after the group |
 | ``TUNEPLAT_WORKER_IMPORTS`` | (unset) | modules the embedded cluster's workers import as they start (set by the tuner for them) |
 
 Each is read where it is used, each time (``tests/test_settings.py`` checks that every ``TUNEPLAT_*`` name the

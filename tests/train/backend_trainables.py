@@ -66,3 +66,23 @@ def only_rank0_gathers(config: dict) -> None:
     group = get_rank_group()
     if train.get_context().get_world_rank() == 0:
         group.all_gather("waiting")
+
+
+class FreshProcessConfig(BackendConfig):
+    """A backend whose worker processes are not reused (as TensorFlow's): each group's ranks get new ones."""
+
+    @property
+    def backend_cls(self) -> type[Backend]:
+        return FreshProcessBackend
+
+
+class FreshProcessBackend(Backend):
+    reuses_worker_process = False
+
+
+def pid_loop(config: dict) -> None:
+    """Logs which process ran which trial's rank."""
+    ctx = train.get_context()
+    _log(config["log_dir"], {"hook": "pid", "trial": config["trial"], "rank": ctx.get_world_rank(),
+                             "pid": os.getpid()})
+    train.report({"done": 1})

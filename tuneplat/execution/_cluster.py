@@ -418,7 +418,7 @@ class Cluster:
             else:
                 pool, gpus = None, []
             slots.append(Slot(addr, host, cpu, {k: float(v) for k, v in resources.items()}, pool, gpus,
-                              info.get("pid")))
+                              info.get("pid"), info.get("nanny") or None))
         return slots
 
     @property

@@ -50,6 +50,7 @@ from ._io_loop import _IOLoop
 from ._leases import _Leases
 from ._observe import WorkerBoard
 from ._placement import Assignment, _LeasedLedger
+from ._rank_group import reuses_worker_process
 from ._runner import run_rank
 from ._shipping import ship
 from ._watchdog import _Watchdog
@@ -111,6 +112,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         # the bound trainable holds what bind persisted (a trainer's datasets: Dask futures): kept until
         # _release_futures, or the futures are dropped with it and the ranks' reads fail with "lost dependencies"
         self._bound = self.trainable
+        self.fresh_workers = not reuses_worker_process(self.trainable)
         # as bytes: each rank unpickles it once its RANK & co. are set (_shipping.py), keeping its file names
         self.trainable = ship(self.trainable)
         self._selector = selectors.DefaultSelector()
@@ -427,6 +429,9 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         if self._closed:
             return
         self._closed = True
+        if self._recycling and self.cluster is not None and self.cluster.local_cluster is None:
+            # a cluster that lives on: the next experiment must not place a rank on a worker being restarted
+            self._wait_for_recycling(130.0)
         if self.board is not None and self.board.dirty:  # the last view of the ranks (a status after the end)
             self.board.next_write = 0.0
             self.board.maybe_write(self.running_rows(), time.monotonic())

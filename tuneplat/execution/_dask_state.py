@@ -7,6 +7,7 @@ import enum
 import logging
 import selectors
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -213,6 +214,11 @@ class _DaskState(TrialExecutor):
         self._closed = False
         self._lease_queue: list[_LeaseAsk] = []  # trials waiting for slots for their own (nested) groups, oldest first
         self._nested = False  # this experiment runs inside a trial: its slots are leased (see _LeasedLedger)
+        #: the trials' backend leaves state in a worker process that it cannot take back (TensorFlow): each worker of
+        #: an ended group is restarted before it takes another rank (Backend.reuses_worker_process)
+        self.fresh_workers = False
+        self._recycling: dict[str, threading.Thread] = {}  # worker address -> the thread restarting it
+        self._no_nanny_said = False
 
     @property
     def client(self) -> Any:
@@ -273,6 +279,15 @@ class _DaskState(TrialExecutor):
         raise NotImplementedError
 
     def _restart_worker(self, rank: _Rank) -> None:
+        raise NotImplementedError
+
+    def _recycle_worker(self, rank: _Rank) -> None:
+        raise NotImplementedError
+
+    def _recycled(self, address: str, why: str | None) -> None:
+        raise NotImplementedError
+
+    def _wait_for_recycling(self, timeout: float) -> None:
         raise NotImplementedError
 
     def _scale(self, group: _Group, staged: bool) -> ScalingDecision:

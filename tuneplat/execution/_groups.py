@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Mapping
 
@@ -93,6 +94,68 @@ class _GroupLifecycle(_DaskState):
         self._send(rank, proto.Next(spec))
         self._events.append(Started(group.trial_id))
 
+    def _recycle_worker(self, rank: _Rank) -> None:
+        """Have the nanny of ``rank``'s worker start a new worker process; nothing is placed on the old one.
+
+        For a backend that leaves state in the process that it cannot take back
+        (``Backend.reuses_worker_process``: TensorFlow's collective server). The
+        rank's Dask task is given ``abort_grace_s`` to return first (its backend's
+        ``on_shutdown`` runs in it). A worker without a nanny is never restarted
+        (the scheduler would only end it): it stays in use, with what it holds.
+        """
+        address = rank.assignment.address
+        if address in self._recycling:
+            return
+        slot = self.ledger.slots.get(address)
+        if slot is None:
+            return  # it left the cluster already: its replacement is a new process
+        if not slot.nanny:
+            if not self._no_nanny_said:
+                self._no_nanny_said = True
+                logger.warning("tuneplat: worker %s has no nanny: it is not restarted after this trial's group, and "
+                               "keeps what the trial's framework left in the process (threads, a port, memory); "
+                               "start workers with a nanny (the default of `dask worker`)", address)
+            return
+        self.ledger.quarantine(address, slot.pid)
+        future, client, grace = rank.future, self.client, self.abort_grace_s
+
+        def restart() -> None:
+            why = None
+            try:
+                if future is not None:
+                    try:  # the rank's task returns once its backend shut down: let it, so Dask sees it end
+                        future.result(timeout=grace)
+                    except Exception:  # noqa: BLE001, S110 - an error or a timeout: it is restarted either way
+                        pass
+                status = client.restart_workers([address], timeout=120, raise_for_error=False)
+                if status.get(address) not in ("OK", "removed", None):
+                    why = str(status.get(address))
+            except Exception as exc:  # noqa: BLE001 - reported on the loop's thread
+                why = f"{type(exc).__name__}: {exc}"
+            self._wake(("recycled", (address, why)))
+
+        thread = threading.Thread(target=restart, name="tuneplat-recycle-worker", daemon=True)
+        self._recycling[address] = thread
+        thread.start()
+
+    def _recycled(self, address: str, why: str | None) -> None:
+        """The restart of a worker (:meth:`_recycle_worker`) ended: look at the cluster again."""
+        self._recycling.pop(address, None)
+        if why is not None:
+            logger.warning("tuneplat: could not restart worker %s after its trial (%s); it is used again as it is",
+                           address, why)
+        # restarted: whatever answers at this address now is a new process (most clusters give it a new address)
+        self.ledger.end_quarantine(address)
+        self._refresh_ledger()
+
+    def _wait_for_recycling(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) for the workers being restarted: the next experiment on this cluster must
+        find new processes, not one that is about to be ended under its rank."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._recycling.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._recycling.clear()
+
     def _release(self, rank: _Rank) -> None:
         if rank.released:
             return
@@ -142,11 +205,13 @@ class _GroupLifecycle(_DaskState):
         parked = False
         for r in group.ranks:
             if (r.offers_next and not r.conn_shut and r.conn is not None and r.channel is not None
-                    and r.future is not None and len(group.ranks) == 1):
+                    and r.future is not None and len(group.ranks) == 1 and not self.fresh_workers):
                 self._park(r)
                 parked = True
             elif r.finished in (RankEnd.DONE, RankEnd.ERROR, RankEnd.ABORTED):
                 self._release(r)
+                if self.fresh_workers and r.ever_connected and not self._nested:  # (a leased worker is the outer tuner's)
+                    self._recycle_worker(r)
         group.ended = True
         self.groups.pop(group.trial_id, None)
         if self.board is not None:

@@ -284,6 +284,9 @@ class _IOLoop(_DaskState):
             if kind == "cluster_changed":
                 self._refresh_ledger()
                 continue
+            if kind == "recycled":
+                self._recycled(*payload)
+                continue
             if kind != "task_done":
                 continue
             owner = self.task_owner.pop(payload.key, None)

@@ -33,6 +33,7 @@ class Slot:
     gpu_pool: str | None
     gpus: list[float] = field(default_factory=list)
     pid: int | None = None  # the worker process (a nanny's restart keeps the address on some clusters)
+    nanny: str | None = None  # its nanny's address: None when nothing would start it again after a restart
 
 
 @dataclass
@@ -187,6 +188,12 @@ class Ledger:
         self.quarantined.add(address)
         if pid is not None:
             self._dead_pid[address] = pid
+
+    def end_quarantine(self, address: str) -> None:
+        """Place on this worker again (what it was quarantined for did not happen: a restart that failed)."""
+        self.quarantined.discard(address)
+        self._dead_pid.pop(address, None)
+        self._retry_at.pop(address, None)
 
     def quarantine_for(self, address: str, seconds: float) -> None:
         """Place nothing on this worker for ``seconds`` (its host could not reach the tuner: a path may come back)."""

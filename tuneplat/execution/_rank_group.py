@@ -14,11 +14,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from .._settings import env_str
 from ..train._backend import Backend, RankGroup
 from ..train._session import RankSpec, TrialAborted
 from . import _protocol as proto
 
-__all__ = ["TorchBackend", "backend_of", "master_store", "open_rank_group", "reset_framework_state", "set_framework_ranks"]
+__all__ = ["TorchBackend", "backend_of", "reuses_worker_process", "master_store", "open_rank_group", "reset_framework_state", "set_framework_ranks"]
 
 logger = logging.getLogger("tuneplat")
 
@@ -35,6 +36,17 @@ def backend_of(trainable: Callable[..., Any]) -> tuple[Backend, Any]:
     config = getattr(trainable, "_tuneplat_backend_config", None)
     cls = getattr(config, "backend_cls", None) if config is not None else None
     return (cls or TorchBackend)(), config
+
+
+def reuses_worker_process(trainable: Any) -> bool:
+    """Whether the trainer's backend lets a worker process that ran one of its ranks run the next trial's
+    (``Backend.reuses_worker_process``; torch's and a plain trainable's do). ``TUNEPLAT_REUSE_WORKERS=1`` keeps the
+    worker processes whatever the backend says."""
+    if env_str("TUNEPLAT_REUSE_WORKERS") == "1":
+        return True
+    config = getattr(trainable, "_tuneplat_backend_config", None)
+    cls = getattr(config, "backend_cls", None) if config is not None else None
+    return bool(getattr(cls, "reuses_worker_process", True))
 
 
 def _listening_socket(host: str) -> socket.socket:

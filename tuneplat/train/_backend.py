@@ -90,6 +90,13 @@ class Backend:
     #: accepted for Ray compatibility (each rank already sees the GPUs it was given)
     share_cuda_visible_devices: bool = False
 
+    #: tuneplat's: whether a Dask worker process that ran a rank of this backend may run the next trial's rank. Ray
+    #: makes new worker actors for every run; tuneplat keeps the worker processes, which the frameworks that clean
+    #: up after themselves allow. A framework that leaves what it cannot take back (TensorFlow's collective server:
+    #: threads, a listening port, memory, for the life of the process) sets this False: after its group ends, each
+    #: of its workers is restarted by its nanny before anything else is placed there.
+    reuses_worker_process: bool = True
+
     def on_start(self, worker_group: RankGroup, backend_config: BackendConfig) -> None:
         """Called in every rank, before the user's function (after the rendezvous)."""
 
