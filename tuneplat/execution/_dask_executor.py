@@ -405,6 +405,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         return events
 
     def teardown(self, reason: str, timeout: float = 30.0) -> list[Event]:
+        self._tearing_down = True
         self._dismiss_idle()
         for g in list(self.groups.values()):
             self._abort_group(g, reason)

@@ -219,6 +219,7 @@ class _DaskState(TrialExecutor):
         self.fresh_workers = False
         self._recycling: dict[str, threading.Thread] = {}  # worker address -> the thread restarting it
         self._no_nanny_said = False
+        self._tearing_down = False  # the experiment is ending: the embedded cluster's workers are not restarted
 
     @property
     def client(self) -> Any:

@@ -104,8 +104,9 @@ class _GroupLifecycle(_DaskState):
         (the scheduler would only end it): it stays in use, with what it holds.
         """
         address = rank.assignment.address
-        if address in self._recycling:
-            return
+        if address in self._recycling or (self._tearing_down and self.cluster is not None
+                                          and self.cluster.local_cluster is not None):
+            return  # (the embedded cluster closes with the experiment: its processes end anyway)
         slot = self.ledger.slots.get(address)
         if slot is None:
             return  # it left the cluster already: its replacement is a new process
