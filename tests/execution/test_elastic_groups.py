@@ -224,7 +224,9 @@ def test_a_killed_worker_shrinks_the_group_which_goes_on_from_its_checkpoint(tmp
 
 def stop_rank_1_before_the_reduce_of_step_5(step, rank, world, attempt):
     if step == 5 and rank == 1 and world == 2:
-        os.kill(os.getpid(), signal.SIGSTOP)  # a host whose link is cut: no FIN, its peer waits in all_reduce
+        # a host whose link is cut: no FIN, its peer waits in all_reduce (directed at this thread, which stops at
+        # once; os.kill's SIGSTOP waits for the main thread, and this one could go on into the reduce meanwhile)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
 
 def test_a_silent_peer_releases_the_rank_blocked_in_all_reduce_which_goes_on_in_the_same_process(

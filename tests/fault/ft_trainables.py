@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import tempfile
+import threading
 
 import tuneplat as tune
 from tuneplat import train
@@ -63,6 +64,18 @@ def poison(config):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def stop_self() -> None:
+    """SIGSTOP this process, stopped before this call returns.
+
+    ``os.kill(os.getpid(), SIGSTOP)`` signals the process's main thread, which
+    starts the group stop only once it runs: the calling thread (a rank runs in
+    a Dask worker's task thread) went on meanwhile and sent its next report
+    (seen on a loaded machine, 11 ms later). A signal directed at the calling
+    thread is handled by it on its way out of the system call.
+    """
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+
 def steady(config):
     start = _load_epoch()
     for epoch in range(start + 1, config.get("epochs", 3) + 1):
@@ -74,7 +87,7 @@ def hangs_once(config):
     start = _load_epoch()
     for epoch in range(start + 1, config["epochs"] + 1):
         if train.get_context().get_attempt() == 0 and epoch == 2:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            stop_self()
         _report_epoch(epoch)
 
 
@@ -117,7 +130,10 @@ def chained_kill_or_hang(config):
     ctx = train.get_context()
     for epoch in range(start + 1, config["epochs"] + 1):
         if ctx.get_attempt() == 0 and epoch == 2 and config["mode"] != "steady":
-            os.kill(os.getpid(), signal.SIGKILL if config["mode"] == "kill" else signal.SIGSTOP)
+            if config["mode"] == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            else:
+                stop_self()
         _report_epoch(epoch, {"task": _task_key(), "worker_pid": os.getpid(), "attempt": ctx.get_attempt()})
 
 
