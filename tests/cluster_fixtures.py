@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 
@@ -26,3 +30,51 @@ def local_client(n_workers: int = 2) -> Iterator[Any]:
         finally:
             client.close()
             cluster.close()
+
+
+class NoNannyCluster:
+    """A LocalCluster scheduler and ``dask worker --no-nanny`` processes the test starts and ends: workers that
+    nothing restarts (a deployment without nannies); ``pythonpath``: where they import the trainables from."""
+
+    def __init__(self, tmp_path: Any, pythonpath: Sequence[str]) -> None:
+        import dask
+        from distributed import Client, LocalCluster
+
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            self.cluster = LocalCluster(n_workers=0, processes=True, host="127.0.0.1",
+                                        dashboard_address="127.0.0.1:0")
+        self.client = Client(self.cluster, set_as_default=False)
+        self.procs: list[subprocess.Popen] = []
+        self.pythonpath = list(pythonpath)
+        self.log = open(tmp_path / "workers.log", "w")  # noqa: SIM115 - closed in close()
+
+    def add_worker(self) -> subprocess.Popen:
+        env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False",
+                   PYTHONPATH=os.pathsep.join([*self.pythonpath, os.environ.get("PYTHONPATH", "")]))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", self.cluster.scheduler_address, "--no-nanny",
+             "--nthreads", "1", "--resources", "CPU=1", "--host", "127.0.0.1", "--dashboard-address",
+             "127.0.0.1:0"], env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def start(self, n: int) -> None:
+        for _ in range(n):
+            self.add_worker()
+        self.client.wait_for_workers(n, timeout=120)
+
+    def close(self) -> None:
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.client.close()
+        self.cluster.close()
+        self.log.close()

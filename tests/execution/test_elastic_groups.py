@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 
 import pytest
+from cluster_fixtures import NoNannyCluster
 
 from tuneplat import FailureConfig, MLflowConfig, RunConfig, ScalingConfig
 from tuneplat.train import TorchTrainer
@@ -108,50 +107,11 @@ def descent(config):
             report(metrics)
 
 
-class Cluster:
+class Cluster(NoNannyCluster):
     """A LocalCluster scheduler and ``dask worker --no-nanny`` processes the test starts and ends."""
 
-    def __init__(self, tmp_path):
-        import dask
-        from distributed import Client, LocalCluster
-
-        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-            self.cluster = LocalCluster(n_workers=0, processes=True, host="127.0.0.1",
-                                        dashboard_address="127.0.0.1:0")
-        self.client = Client(self.cluster, set_as_default=False)
-        self.procs: list[subprocess.Popen] = []
-        self.log = open(tmp_path / "workers.log", "w")  # noqa: SIM115 - closed in close()
-
-    def add_worker(self) -> subprocess.Popen:
-        env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False",
-                   PYTHONPATH=os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_worker", self.cluster.scheduler_address, "--no-nanny",
-             "--nthreads", "1", "--resources", "CPU=1", "--host", "127.0.0.1", "--dashboard-address",
-             "127.0.0.1:0"], env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(proc)
-        return proc
-
-    def start(self, n: int) -> None:
-        for _ in range(n):
-            self.add_worker()
-        self.client.wait_for_workers(n, timeout=120)
-
-    def close(self) -> None:
-        for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        self.client.close()
-        self.cluster.close()
-        self.log.close()
+    def __init__(self, tmp_path) -> None:
+        super().__init__(tmp_path, [ROOT, HERE])
 
 
 @pytest.fixture

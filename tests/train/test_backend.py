@@ -117,3 +117,34 @@ def test_a_backend_that_does_not_reuse_worker_processes_gets_new_ones_for_each_g
         assert len(now) == 2 and not now & (pids[0] | pids[1]), (now, pids)
     else:
         assert pids[0] == pids[1] == now, (pids, now)
+
+
+def test_workers_without_a_nanny_are_reused_with_a_warning(tmp_path, caplog):
+    """`dask worker --no-nanny`: nothing would start a worker again, and the scheduler's restart would only end it.
+    A backend asking for new processes then runs in the same ones, says so once, and loses no worker."""
+    from cluster_fixtures import NoNannyCluster
+
+    cluster = NoNannyCluster(tmp_path, [os.path.dirname(os.path.abspath(__file__))])
+    try:
+        cluster.start(2)
+        log_dir = str(tmp_path / "log")
+        os.makedirs(log_dir)
+        trainer = DataParallelTrainer(bt.pid_loop, backend_config=bt.FreshProcessConfig(),
+                                      scaling_config=tune.ScalingConfig(num_workers=2))
+        with caplog.at_level("WARNING", logger="tuneplat"):
+            grid = tune.Tuner(trainer, param_space={"train_loop_config": {"log_dir": log_dir,
+                                                                          "trial": tune.grid_search([0, 1])}},
+                              tune_config=tune.TuneConfig(max_concurrent_trials=1),
+                              run_config=tune.RunConfig(name="nonanny", storage_path=str(tmp_path / "results"),
+                                                        verbose=0, mlflow=False), client=cluster.client).fit()
+        assert not grid.errors, grid.errors
+        pids: dict[int, set[int]] = {0: set(), 1: set()}
+        for e in _events(log_dir):
+            if e["hook"] == "pid":
+                pids[e["trial"]].add(e["pid"])
+        assert pids[0] == pids[1] == {p.pid for p in cluster.procs}, pids  # the same two processes, both alive
+        assert all(p.poll() is None for p in cluster.procs)
+        said = [r.getMessage() for r in caplog.records if "has no nanny" in r.getMessage()]
+        assert len(said) == 1 and "not restarted" in said[0], said
+    finally:
+        cluster.close()
