@@ -91,15 +91,19 @@ def test_backend_config_is_checked_and_outside_a_rank_there_is_no_group():
         DataParallelTrainer(bt.loop, backend_config={"timeout_s": 5})
 
 
-@pytest.mark.parametrize("fresh", [True, False], ids=["fresh_processes", "reused_processes"])
-def test_a_backend_that_does_not_reuse_worker_processes_gets_new_ones_for_each_group(dask_client, tmp_path, fresh):
+@pytest.mark.parametrize("fresh,world", [(True, 2), (False, 2), (True, 1)],
+                         ids=["fresh_processes", "reused_processes", "fresh_single_rank"])
+def test_a_backend_that_does_not_reuse_worker_processes_gets_new_ones_for_each_group(dask_client, tmp_path, fresh,
+                                                                                    world):
     """Backend.reuses_worker_process=False (TensorFlow's): after a group ends, the nannies restart its workers before
     anything else is placed there; the next trial's ranks run in new processes, and once fit() returns the cluster
-    has its workers back, all new. A backend that reuses them (the default) runs both trials in the same ones."""
+    has its workers back, all new. A backend that reuses them (the default) runs both trials in the same ones. A
+    single rank's runner, which would wait for another trial, is told to leave at once."""
     log_dir = str(tmp_path / "log")
     os.makedirs(log_dir)
     config = bt.FreshProcessConfig() if fresh else bt.AddressesConfig(log_dir)
-    trainer = DataParallelTrainer(bt.pid_loop, backend_config=config, scaling_config=tune.ScalingConfig(num_workers=2))
+    trainer = DataParallelTrainer(bt.pid_loop, backend_config=config,
+                                  scaling_config=tune.ScalingConfig(num_workers=world))
     grid = tune.Tuner(trainer, param_space={"train_loop_config": {"log_dir": log_dir,
                                                                   "trial": tune.grid_search([0, 1])}},
                       tune_config=tune.TuneConfig(max_concurrent_trials=1),
@@ -110,7 +114,7 @@ def test_a_backend_that_does_not_reuse_worker_processes_gets_new_ones_for_each_g
     for e in _events(log_dir):
         if e["hook"] == "pid":
             pids[e["trial"]].add(e["pid"])
-    assert len(pids[0]) == 2 and len(pids[1]) == 2, pids  # each trial's two ranks, in two worker processes
+    assert len(pids[0]) == world and len(pids[1]) == world, pids  # each trial's ranks, each in its worker process
     now = set(dask_client.run(os.getpid).values())  # the worker processes there are now
     if fresh:
         assert not pids[0] & pids[1], pids

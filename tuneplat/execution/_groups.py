@@ -204,14 +204,20 @@ class _GroupLifecycle(_DaskState):
         # next trial, or the next poll sends it "bye"); other ranks that said "done"/"error" are leaving
         # run_rank: their slots are free now.
         parked = False
+        recycle = self.fresh_workers and not self._nested  # (a leased worker is the outer tuner's)
         for r in group.ranks:
             if (r.offers_next and not r.conn_shut and r.conn is not None and r.channel is not None
-                    and r.future is not None and len(group.ranks) == 1 and not self.fresh_workers):
-                self._park(r)
-                parked = True
+                    and r.future is not None and len(group.ranks) == 1):
+                if not recycle:
+                    self._park(r)
+                    parked = True
+                    continue
+                self._unpark(r, bye=True)  # its process is restarted: the runner leaves now, not after its idle wait
+                r.released = True
+                self._recycle_worker(r)
             elif r.finished in (RankEnd.DONE, RankEnd.ERROR, RankEnd.ABORTED):
                 self._release(r)
-                if self.fresh_workers and r.ever_connected and not self._nested:  # (a leased worker is the outer tuner's)
+                if recycle and r.ever_connected:
                     self._recycle_worker(r)
         group.ended = True
         self.groups.pop(group.trial_id, None)
