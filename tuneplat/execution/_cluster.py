@@ -93,7 +93,7 @@ def trainable_imports(*objects: Any) -> list[str]:
 
 
 def scheduler_workers(client: Any) -> dict[str, dict[str, Any]]:
-    """Every worker the scheduler of ``client`` knows now, by address, with its info (resources, nthreads, host, pid).
+    """Every worker the scheduler of ``client`` knows now, by address, with its info (resources, nthreads, host, nanny).
 
     Not ``Client.scheduler_info(n_workers=-1)``: that refreshes the client's
     cached identity and then returns the cache, which the client's periodic
