@@ -395,10 +395,14 @@ def _children_fork() -> Iterator[None]:
     ``spawn`` as its default: a loader worker would then import torch again (seconds
     per epoch) and could not unpickle a ``Dataset`` class defined in the user's
     script. Ray's worker processes have the platform's default, ``fork`` on Linux.
-    Other platforms keep theirs (``fork`` is unsafe on macOS).
+    Other platforms keep theirs (``fork`` is unsafe on macOS). On Pythons with CPython's
+    fork bug gh-112275 each fork first waits for the thread-state lock (:mod:`._fork_guard`).
     """
     import multiprocessing
 
+    from tuneplat.execution._fork_guard import install as guard_forks
+
+    guard_forks()  # forks wait out a held thread-state lock (CPython gh-112275: the child would hang)
     before = multiprocessing.get_start_method(allow_none=True)
     if not sys.platform.startswith("linux") or before == "fork":
         yield
