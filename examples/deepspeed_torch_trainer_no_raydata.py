@@ -16,8 +16,9 @@ Lines that differ from Ray's, each marked ``# tuneplat port:``:
 - ``print`` of ``result.best_checkpoints`` (Ray's script evaluates it and drops the value).
 
 Run it from the checkout's root: ``python -m examples.deepspeed_torch_trainer_no_raydata`` (2 CPU ranks, minutes).
-Known issue: 1 of 9 runs on the 2-core test machine hung in the first epoch, inside the ``DataLoader`` worker
-processes DeepSpeed's loader forks from each rank (docs/frameworks.md, "Ray's DeepSpeed and Accelerate examples").
+DeepSpeed's loader forks 2 worker processes per rank each epoch: on Python 3.10.0-3.10.14 and 3.11.0-3.11.9 such a
+fork can hang (CPython gh-112275), which tuneplat's ranks guard against (docs/frameworks.md, "A loader worker that
+never started").
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ whether the child exited within the bound and, with the guard, how many times th
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
@@ -16,7 +17,11 @@ import time
 
 from tuneplat.execution import _fork_guard as guard
 
-acquire, release, mutex = guard._head_lock() or sys.exit("no HEAD_LOCK found on this Python")
+mutex = guard._head_lock() or sys.exit("no HEAD_LOCK found on this Python")
+_api = ctypes.PyDLL(None)
+acquire, release = _api.PyThread_acquire_lock, _api.PyThread_release_lock
+acquire.restype, acquire.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]
+release.restype, release.argtypes = None, [ctypes.c_void_p]
 use_guard = sys.argv[1] == "guard"
 held, go = threading.Event(), threading.Event()
 waits = []
@@ -35,6 +40,8 @@ class _Clock:
 
 
 def hold() -> None:
+    # (nothing between taking and giving back may wait for the GIL while another thread, holding it, waits for the
+    # lock: only Event calls, and no thread starts or ends meanwhile)
     assert acquire(mutex, 0), "HEAD_LOCK was not free"
     held.set()
     # with the guard: until the guard has found the lock held; without: until the fork has happened
