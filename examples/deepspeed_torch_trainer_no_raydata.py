@@ -17,8 +17,8 @@ Lines that differ from Ray's, each marked ``# tuneplat port:``:
 
 Run it from the checkout's root: ``python -m examples.deepspeed_torch_trainer_no_raydata`` (2 CPU ranks, minutes).
 DeepSpeed's loader forks 2 worker processes per rank each epoch: on Python 3.10.0-3.10.14 and 3.11.0-3.11.9 such a
-fork can hang (CPython gh-112275), which tuneplat's ranks guard against (docs/frameworks.md, "A loader worker that
-never started").
+fork can hang (CPython gh-112275), which tuneplat's ranks guard against; one later hang is not explained yet
+(docs/frameworks.md, "A loader worker that never started").
 """
 
 from __future__ import annotations
