@@ -45,14 +45,32 @@ def run_example(name: str, cwd) -> str:
            # the ranks' prints reach the output as they would at a terminal (a pipe is block-buffered, and a worker
            # process ended with the cluster would not flush)
            "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", f"examples.{name}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=str(cwd))
     try:
-        proc = subprocess.run([sys.executable, "-m", f"examples.{name}"], capture_output=True, text=True, timeout=840,
-                              env=env, cwd=str(cwd))
-    except subprocess.TimeoutExpired as exc:  # what it printed so far (the output comes as bytes here)
-        out, err = (t.decode(errors="replace") if isinstance(t, bytes) else (t or "") for t in (exc.stdout, exc.stderr))
-        raise AssertionError(f"{name} did not end in {exc.timeout} s:\n{out[-3000:]}\n{err[-6000:]}") from None
-    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return proc.stdout
+        out, err = proc.communicate(timeout=840)
+    except subprocess.TimeoutExpired:  # a hang: the ranks' stacks first (tuneplat stacks), then what it printed
+        stacks = _stacks_of(cwd, env)
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{name} did not end in 840 s; its ranks' stacks:\n{stacks[-8000:]}\n"
+                             f"{out[-3000:]}\n{err[-4000:]}") from None
+    assert proc.returncode == 0, f"{name} failed:\n{out[-3000:]}\n{err[-6000:]}"
+    return out
+
+
+def _stacks_of(cwd, env: dict) -> str:
+    """``tuneplat stacks`` of the example's experiment while it hangs (what a user would run)."""
+    results = cwd / "tuneplat_results"
+    exps = [p for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
+    if not exps:
+        return "(no experiment folder yet)"
+    try:
+        got = subprocess.run([sys.executable, "-c", "from tuneplat.cli import main; main()", "stacks", str(exps[0])],
+                             capture_output=True, text=True, timeout=120, env=env, cwd=str(cwd))
+    except subprocess.TimeoutExpired:
+        return "(tuneplat stacks did not answer in 120 s)"
+    return got.stdout + got.stderr
 
 
 def the_trial(cwd) -> tuple[str, list[dict]]:
