@@ -24,7 +24,7 @@ acquire.restype, acquire.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int
 release.restype, release.argtypes = None, [ctypes.c_void_p]
 use_guard = sys.argv[1] == "guard"
 held, go = threading.Event(), threading.Event()
-waits = []
+waits: list[float] = []
 
 
 class _Clock:
@@ -51,6 +51,7 @@ def hold() -> None:
 
 if use_guard:
     guard.time = _Clock  # type: ignore[assignment]
+    guard._WAIT_S = 120.0  # (the holder lets go as soon as it runs; on a loaded machine that may take a while)
     assert guard.install(), "the guard did not install on an affected Python"
 holder = threading.Thread(target=hold)
 holder.start()
