@@ -66,7 +66,7 @@ def _stacks_of(cwd, env: dict) -> str:
     if not exps:
         return "(no experiment folder yet)"
     try:
-        got = subprocess.run([sys.executable, "-c", "from tuneplat.cli import main; main()", "stacks", str(exps[0])],
+        got = subprocess.run([sys.executable, "-m", "tuneplat.cli", "stacks", str(exps[0])],
                              capture_output=True, text=True, timeout=120, env=env, cwd=str(cwd))
     except subprocess.TimeoutExpired:
         return "(tuneplat stacks did not answer in 120 s)"

@@ -33,7 +33,7 @@ from typing import Callable
 
 from tuneplat._settings import env_str
 
-__all__ = ["affected", "install", "installed"]
+__all__ = ["affected", "install"]
 
 #: the first patch release of each minor version with CPython's own fix (3.12+ has it from 3.12.0)
 _FIXED_IN = {(3, 10): 15, (3, 11): 10}
@@ -82,7 +82,7 @@ def _held_probe(mutex: int) -> Callable[[], bool] | None:
     if not sys.platform.startswith("linux"):  # CPython's locks are POSIX semaphores on Linux (USE_SEMAPHORES)
         return None
     try:
-        sem_getvalue = ctypes.CDLL(None, use_errno=True).sem_getvalue
+        sem_getvalue = ctypes.CDLL(None).sem_getvalue
     except (AttributeError, OSError):
         return None
     sem_getvalue.restype, sem_getvalue.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
@@ -121,7 +121,3 @@ def install() -> bool:
         _installed = True
         return True
 
-
-def installed() -> bool:
-    """Whether this process's forks wait for the lock (for tests and ``tuneplat doctor``-style reports)."""
-    return _installed
