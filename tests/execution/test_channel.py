@@ -6,6 +6,7 @@ read, tick) in a thread of its own, and plays the peer from the test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import selectors
@@ -458,8 +459,12 @@ class _Flaky:
                 return
 
     def close(self) -> None:
+        # (shutdown wakes the thread blocked in accept(); close alone does not, on Linux)
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)
         self.server.close()
         self.thread.join(10)
+        assert not self.thread.is_alive(), "the stand-in tuner's thread did not end"
 
 
 def test_a_rank_whose_handshake_is_lost_tries_again_and_a_refusal_is_final():
