@@ -55,6 +55,7 @@ def mlflow_trainable(config):
 def test_unreachable_mlflow_with_credentials_is_reported_redacted(tmp_path, caplog, monkeypatch):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    monkeypatch.setenv("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", "2")  # (what is unlogged is written then, not after 30 s)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there
@@ -90,6 +91,7 @@ def test_tracking_uri_from_the_environment_never_reaches_the_console(tmp_path, c
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    monkeypatch.setenv("TUNEPLAT_MLFLOW_FLUSH_TIMEOUT_S", "2")  # (what is unlogged is written then, not after 30 s)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there
