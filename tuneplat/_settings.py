@@ -34,6 +34,7 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_OOM_CHECK_S`` | 5 | how long the tuner waits for a live worker of another host to read whether the kernel's OOM killer ended a rank there |
 | ``TUNEPLAT_RETIRE_POLL_S`` | 0.1 | how often an elastic group's rank looks whether its Dask worker is closing |
 | ``TUNEPLAT_STORE_LINGER_S`` | 60 | the longest rank 0 keeps its group's rendezvous store (torch's backend) open for ranks that have not finished |
+| ``TUNEPLAT_STALE_LOCK_S`` | 60 | a rank waiting this long for a torch extension's build lock that no process on its host holds (left by a killed build: DeepSpeed's ops) makes the tuner warn, naming the file to delete |
 | ``TUNEPLAT_SYSTEM_METRICS_S`` | 5 | how often a rank samples CPU, memory and GPU (0: system metrics off) |
 | ``TUNEPLAT_SYSTEM_METRICS_JOURNAL_S`` | 60 | system metrics reach the journal at most this often per trial (every sample reaches the callbacks) |
 | ``TUNEPLAT_WORKERS_FILE_S`` | 2 | how often the live per-rank table (``tuneplat status --workers``) is written |

@@ -71,3 +71,11 @@ def parked_until_released(trial_dir: str) -> None:
 def waits_for_release(config):
     parked_until_released(tune.get_context().get_trial_dir())
     tune.report({"loss": 1.0})
+
+
+def waits_for_a_build_lock(config):
+    """What ``torch.utils.cpp_extension.load`` does while another process holds the extension's build lock."""
+    from torch.utils.file_baton import FileBaton
+
+    FileBaton(config["lock"]).wait()
+    tune.report({"loss": 1.0})

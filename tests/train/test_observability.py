@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,6 +18,7 @@ from mlflow import MlflowClient
 
 import tuneplat as tune
 from tuneplat import cli
+from tuneplat.execution._observe import read_workers
 
 
 def _journal(path: str) -> list[dict]:
@@ -213,3 +217,101 @@ def test_the_live_view_shows_a_row_per_rank():
                                      ["t1", "1", "node-a", "4243", "cpu", "reporting"]]
     assert rows[0][7:12] == ["12.50", "400.0", "25%", "97", "512"]
     assert 2.5 < float(rows[0][6]) < 60  # seconds since its last report
+
+
+# ------------------------------------------------------------------ a build lock left by a killed process
+_HOLD = ("import sys, time\nfrom torch.utils.file_baton import FileBaton\nb = FileBaton(sys.argv[1])\n"
+         "assert b.try_acquire()\nprint('held', flush=True)\ntime.sleep(600)\n")
+
+
+def _holder(lock) -> subprocess.Popen:
+    """A process holding ``lock`` as torch's ``cpp_extension.load`` does while it builds (or checks) an extension."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_lock_watch_names_an_unheld_lock_and_never_one_a_live_process_holds(tmp_path):
+    from torch.utils.file_baton import FileBaton
+
+    from tuneplat.train._lock_wait import LockWatch, baton_waits, holders
+
+    lock = tmp_path / "lock"
+    holder = _holder(lock)
+    waiter = threading.Thread(target=FileBaton(str(lock)).wait, daemon=True)
+    try:
+        waiter.start()
+        deadline = time.monotonic() + 60
+        while str(lock) not in baton_waits():  # readiness probe: the thread reached FileBaton.wait
+            assert time.monotonic() < deadline and waiter.is_alive()
+            time.sleep(0.01)
+        assert holders(str(lock)) == [holder.pid]
+        watch = LockWatch(warn_s=60)
+        t0 = time.monotonic()
+        assert watch.check(t0) is None
+        assert watch.check(t0 + 600) is None  # waited long, but a live process holds it: a build, not a leftover
+        holder.kill()
+        holder.wait()
+        assert lock.exists() and holders(str(lock)) == []
+        assert watch.check(t0 + 30) is None  # not yet waited warn_s
+        assert watch.check(t0 + 61) == {"path": str(lock), "waited_s": 61.0}
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        lock.unlink(missing_ok=True)
+        waiter.join(10)
+    assert not waiter.is_alive()
+    assert LockWatch(warn_s=0).check() is None  # nothing waits any more
+
+
+class _Once(logging.Handler):
+    def __init__(self, needle: str) -> None:
+        super().__init__(logging.WARNING)
+        self.needle, self.seen, self.text = needle, threading.Event(), ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.needle in record.getMessage():
+            self.text = record.getMessage()
+            self.seen.set()
+
+
+def test_a_rank_waiting_for_a_build_lock_left_by_a_killed_process_is_named_and_goes_on_once_it_is_deleted(
+        dask_client, storage, tmp_path, monkeypatch):
+    """A process killed while it held a torch extension's build lock (DeepSpeed's ops are built on first use) leaves
+    the file; every later load of that extension waits for it forever, silently. The tuner warns, naming the rank
+    and the file; deleting the file (as the warning says) lets the trial finish."""
+    monkeypatch.setenv("TUNEPLAT_STALE_LOCK_S", "1")
+    lock = tmp_path / "torch_extensions" / "some_op" / "lock"
+    lock.parent.mkdir(parents=True)
+    holder = _holder(lock)
+    holder.kill()
+    holder.wait()
+    assert lock.exists()
+    watcher = _Once("which no process on that host holds")
+    log = logging.getLogger("tuneplat")
+    log.addHandler(watcher)
+    box: dict = {}
+    tuner = tune.Tuner(ot.waits_for_a_build_lock, param_space={"lock": str(lock)},
+                       run_config=tune.RunConfig(name="lock", storage_path=storage, verbose=0, mlflow=False),
+                       client=dask_client)
+    runner = threading.Thread(target=lambda: box.setdefault("grid", tuner.fit()), daemon=True)
+    runner.start()
+    try:
+        assert watcher.seen.wait(120), "no warning about the lock file"
+        assert f"the lock file {lock}," in watcher.text and "rank 0 of trial" in watcher.text
+        assert "Delete that file" in watcher.text
+        # `tuneplat status --workers` says so too (its table is written every 2 s: a readiness probe of that file)
+        deadline, rows = time.monotonic() + 60, []
+        while not any(r.get("state") == "stale lock" and r.get("stale_lock") == str(lock) for r in rows):
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.1)
+            rows = [r for rows in (read_workers(os.path.join(storage, "lock")) or {}).get("running", {}).values()
+                    for r in rows]
+    finally:
+        log.removeHandler(watcher)
+        lock.unlink(missing_ok=True)  # what the user does
+        runner.join(120)
+    assert not runner.is_alive()
+    (result,) = list(box["grid"])
+    assert result.error is None and result.metrics["loss"] == 1.0

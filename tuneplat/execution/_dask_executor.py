@@ -293,7 +293,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
                 host=a.host, metric=ctx.metric, heartbeat_s=max(0.1, min(5.0, self.hang_timeout_s / 10)),
                 abort_grace_s=self.abort_grace_s, storage_fs=ctx.storage_fs, remote_trial_dir=spec.remote_trial_dir,
                 channel_tls=self.channel_tls, trial_io=ctx.trial_io, elastic=group.elastic,
-                system_metrics_s=self.system_metrics_s,
+                system_metrics_s=self.system_metrics_s, stale_lock_s=self.stale_lock_s,
                 rank_hosts=[x.host for x in placement],
                 cpus=float((reservation.request or ctx.request).get("CPU", 1.0)),
                 resources=dict(reservation.request or ctx.request),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._settings import env_seconds, env_str
+from ..train._lock_wait import warn_after as stale_lock_after
 from ..train._telemetry import system_metrics_period
 from . import _protocol as proto
 from ._channel import Conn, Listener, parse_port_range
@@ -68,6 +69,7 @@ class _Rank:
     stats: dict[str, Any] | None = None  # what its last heartbeat said (train/_telemetry.py)
     system_seen: float = 0.0  # the sample time of the last system metrics passed to the loop
     oom_baseline: dict[str, Any] | None = None  # its memory cgroup's OOM-kill count when it started (_host_oom.py)
+    stale_lock_warned: str | None = None  # the unheld build lock its wait was reported for (train/_lock_wait.py)
 
 
 @dataclass
@@ -186,6 +188,7 @@ class _DaskState(TrialExecutor):
         # may take to come before the rank counts as lost (its worker is closing: the rank sees it within 0.1 s)
         self.task_lost_grace_s = env_seconds("TUNEPLAT_TASK_LOST_GRACE_S", 2)
         self.system_metrics_s = system_metrics_period()
+        self.stale_lock_s = stale_lock_after()  # (train/_lock_wait.py)
         self.board: WorkerBoard | None = None
         self.starve_timeout_s = env_seconds("TUNEPLAT_WORKER_WAIT_S", 60)
         self.waiting = 0  # trials besides the one being placed that wait for room (the loop's set_waiting)

@@ -79,6 +79,15 @@ class _Forensics(_DaskState):
     def _on_stats(self, conn: Conn, rank: _Rank, stats: dict[str, Any]) -> None:
         rank.stats = stats
         group = conn.group
+        lock = stats.get("stale_lock")
+        if group is not None and isinstance(lock, dict) and lock.get("path") != rank.stale_lock_warned:
+            rank.stale_lock_warned = str(lock.get("path"))
+            logger.warning(
+                "tuneplat: rank %d of trial %s (pid %s on %s) has waited %ss for the lock file %s, which no process "
+                "on that host holds: a process killed while it built or loaded that torch extension (DeepSpeed's ops "
+                "are built on first use) left it behind, and every process that loads the extension waits for it "
+                "forever. Delete that file on %s (the wait then ends by itself).", rank.index, group.trial_id,
+                rank.pid, rank.hostname, lock.get("waited_s"), lock.get("path"), rank.hostname)
         if self.board is not None:
             self.board.dirty = True
         at = stats.get("system_at")

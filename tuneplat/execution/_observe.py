@@ -46,6 +46,10 @@ def rank_row(trial_id: str, rank: Any, state: str | None = None) -> dict[str, An
     system = stats.get("system")
     if system:
         row["system"] = system
+    lock = stats.get("stale_lock")
+    if isinstance(lock, dict) and state is None and not rank.finished:  # (train/_lock_wait.py)
+        row["state"] = "stale lock"
+        row["stale_lock"] = lock.get("path")
     return row
 
 

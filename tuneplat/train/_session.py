@@ -93,6 +93,7 @@ class RankSpec:
     storage_fs: Any = None  # the fsspec filesystem of remote storage (checkpoints are uploaded there)
     remote_trial_dir: str | None = None  # the trial's folder on that filesystem (a URL)
     system_metrics_s: float = 5.0  # how often the rank samples CPU/memory/GPU (0: never); see train/_telemetry.py
+    stale_lock_s: float = 60.0  # a wait for a build lock nobody holds is reported after this long (train/_lock_wait.py)
     channel_tls: bool = False  # the tuner's port speaks TLS (the cluster's certificates): see execution._channel
     tuner_local: str | None = None  # the tuner's local socket (same host): see execution._channel.Listener
     elastic: bool = False  # an elastic group: the rank tells the tuner when its Dask worker is asked to leave
@@ -249,7 +250,8 @@ class Session:
         self.on_tuner_lost: list[Any] = []
         self.backend_group: Any = None  # the rank's train._backend.RankGroup while its trial runs
         self.preemption: PreemptionInfo | None = None  # set when this rank's worker is announced to go away
-        self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s)  # what pings carry
+        self.monitor = RankMonitor(spec.rank, list(spec.gpu_ids), spec.system_metrics_s,
+                                   stale_lock_s=spec.stale_lock_s)  # what pings carry
 
     def send(self, msg: proto.Message) -> None:
         with self.send_lock:

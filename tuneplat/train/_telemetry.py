@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from .._settings import env_seconds
+from ._lock_wait import LockWatch
 
 __all__ = ["RankMonitor", "system_metrics_period"]
 
@@ -79,7 +80,8 @@ class _Gpu:
 class RankMonitor:
     """One rank's counters (written by the training thread) and sampled system metrics (read by the heartbeat)."""
 
-    def __init__(self, rank: int, gpu_ids: list[int], system_metrics_s: float | None = None) -> None:
+    def __init__(self, rank: int, gpu_ids: list[int], system_metrics_s: float | None = None,
+                 stale_lock_s: float | None = None) -> None:
         self.rank = rank
         self.period = system_metrics_period() if system_metrics_s is None else system_metrics_s
         self.device = f"cuda:{gpu_ids[0]}" if gpu_ids else "cpu"
@@ -98,6 +100,7 @@ class RankMonitor:
         self._proc: Any = None
         self._gpu: _Gpu | None = None
         self._gpu_ids = list(gpu_ids)
+        self._locks = LockWatch(stale_lock_s)
 
     # ------------------------------------------------------------------ written by the training thread
     def on_report(self, metrics: dict[str, Any]) -> None:
@@ -155,6 +158,13 @@ class RankMonitor:
                 out["data_wait_fraction"] = min(1.0, max(0.0, waited / dt))
         if self.wait_known:
             out["data_wait_s"] = self.data_wait_s
+        try:
+            stale = self._locks.check(now)
+        except Exception:  # noqa: BLE001 - a diagnostic: never let it stop the heartbeat
+            logger.debug("tuneplat: looking for lock waits failed", exc_info=True)
+            stale = None
+        if stale is not None:
+            out["stale_lock"] = stale
         if self._system:
             out["system"] = dict(self._system)
             out["system_at"] = time.time()

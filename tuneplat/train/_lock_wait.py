@@ -1,0 +1,96 @@
+"""A rank waiting for a build lock that no process holds: torch's extension lock left by a killed process.
+
+torch builds and loads its JIT extensions (``torch.utils.cpp_extension.load``:
+DeepSpeed's CPU communication op, its CPU Adam, any user op) under a lock
+file in the extension's build folder (``~/.cache/torch_extensions/<py>_<cpu|cuXY>/<name>/lock``),
+created with ``O_CREAT | O_EXCL`` and held open until the build or up-to-date
+check ends. Every process that loads the extension takes it, even when nothing
+needs building. A process killed while it holds the lock (Ctrl-C'd, SIGKILLed,
+a rank aborted while its group starts) leaves the file behind, and from then on
+every process that loads that extension waits for it to disappear, forever,
+using ~1 % of a core (``torch.utils.file_baton.FileBaton.wait``): a silent hang
+of every later trial on that host.
+
+The rank's heartbeat looks at where its threads are (:func:`baton_waits`); a wait
+that lasts :func:`warn_after` seconds while no process on this host has the file
+open (:func:`holders`: a live holder always has it open) goes to the tuner in the
+rank's row, which warns once, naming the file and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from .._settings import env_seconds
+
+__all__ = ["LockWatch", "baton_waits", "holders", "warn_after"]
+
+_BATON_FILE = os.path.join("torch", "utils", "file_baton.py")
+
+
+def warn_after() -> float:
+    """Seconds a rank waits for an unheld lock before it is reported (``TUNEPLAT_STALE_LOCK_S``, 60)."""
+    return env_seconds("TUNEPLAT_STALE_LOCK_S", 60)
+
+
+def baton_waits() -> list[str]:
+    """The lock files that this process's threads wait for in torch's ``FileBaton.wait``."""
+    found = []
+    for frame in sys._current_frames().values():
+        code = frame.f_code  # the waiting thread's innermost Python frame is FileBaton.wait (in time.sleep)
+        if code.co_name == "wait" and code.co_filename.endswith(_BATON_FILE):
+            path = getattr(frame.f_locals.get("self"), "lock_file_path", None)
+            if isinstance(path, str):
+                found.append(os.path.abspath(path))
+    return found
+
+
+def holders(path: str) -> list[int] | None:
+    """The processes on this host that have ``path`` open (of those whose descriptors this user may read);
+    None where ``/proc`` cannot tell (not Linux)."""
+    if not os.path.isdir("/proc/self/fd"):
+        return None
+    want = os.path.realpath(path)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fd_dir = f"/proc/{entry}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:  # ended meanwhile, or another user's process
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{fd_dir}/{fd}") == want:
+                    found.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return found
+
+
+class LockWatch:
+    """Called on each heartbeat: the lock this rank has waited for longest, once that wait passed
+    :func:`warn_after` and nobody on this host holds the file; else None."""
+
+    def __init__(self, warn_s: float | None = None) -> None:
+        self.since: dict[str, float] = {}
+        self.warn_s = warn_after() if warn_s is None else warn_s
+
+    def check(self, now: float | None = None) -> dict[str, Any] | None:
+        now = time.monotonic() if now is None else now
+        waits = baton_waits()
+        self.since = {p: self.since.get(p, now) for p in waits}
+        for path, start in sorted(self.since.items(), key=lambda kv: kv[1]):
+            waited = now - start
+            if waited < self.warn_s or not os.path.exists(path):
+                continue
+            held = holders(path)
+            if held is None or held:  # a live process holds it (building), or this host cannot tell
+                continue
+            return {"path": path, "waited_s": round(waited, 1)}
+        return None
