@@ -17,6 +17,7 @@ left out of both figures: the ratio is the group's steady-state cost. Prints one
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -215,6 +216,38 @@ def by_hand(kind: str, config: dict[str, Any], workdir: str) -> float:
         return float(json.load(f)["steps_per_s"])
 
 
+def _bare_rank(kind: str, config: dict[str, Any], rank: int, world: int, port: int) -> float | None:
+    """One rank of the loop as a plain Dask task: torch.distributed joined by hand (env://), no tuneplat."""
+    import torch.distributed as dist
+
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                       "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                       "TUNEPLAT_BENCH_HAND": "1"})
+    dist.init_process_group("gloo")
+    try:
+        LOOPS[kind](config)
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        with open(config["out"], encoding="utf-8") as f:
+            return float(json.load(f)["steps_per_s"])
+    return None
+
+
+def bare_dask(kind: str, config: dict[str, Any], client: Any, workdir: str) -> float:
+    """The loop as one plain Dask task per worker of ``client`` (no tuneplat): what the Dask worker process alone
+    costs the ranks. Only the torch frameworks (the process group is joined by hand)."""
+    if kind not in ("fsdp", "deepspeed", "accelerate"):
+        raise SystemExit(f"--bare-dask measures the torch frameworks only, not {kind}")
+    workers = sorted(client.scheduler_info()["workers"])
+    cfg = {**config, "kind": kind, "out": os.path.join(workdir, f"bare-{kind}.json")}
+    port = _free_port()
+    futures = [client.submit(_bare_rank, kind, cfg, i, len(workers), port, workers=[w], pure=False,
+                             allow_other_workers=False) for i, w in enumerate(workers)]
+    results = client.gather(futures)
+    return float(results[0])
+
+
 def in_tuneplat(kind: str, config: dict[str, Any], client: Any, storage: str) -> float:
     import tuneplat as tune
     from tuneplat.train import ScalingConfig
@@ -263,6 +296,12 @@ def _rank_main(kind: str, cfg: str) -> None:
     LOOPS[kind](config)
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frameworks", default="fsdp,accelerate,tensorflow,jax",
@@ -276,6 +315,10 @@ def main() -> None:
     parser.add_argument("--dask-defaults", action="store_true",
                         help="start the cluster with Dask's worker profiler and tick at Dask's defaults (10 ms, 20 ms) "
                              "instead of the embedded cluster's settings (100 ms, 500 ms)")
+    parser.add_argument("--bare-dask", action="store_true",
+                        help="also run the loop as plain Dask tasks on a second cluster of the same settings "
+                             "(torch.distributed joined by hand, no tuneplat): separates what the Dask worker "
+                             "process costs from what tuneplat's rank adds (torch frameworks only)")
     parser.add_argument("--rank-loop", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_loop:
@@ -295,27 +338,36 @@ def main() -> None:
     config = {"steps": args.steps, "warmup": args.warmup, "global_batch": args.global_batch}
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-frameworks-") as work, dask.config.set(worker_settings), \
-            local_client(2) as client:
+            contextlib.ExitStack() as stack:
+        client = stack.enter_context(local_client(2))
+        # the plain-Dask side runs on a cluster of its own (state a framework leaves in a worker process must not
+        # reach tuneplat's trials); both clusters stay up for every side, so each side has the same idle neighbours
+        bare_client = stack.enter_context(local_client(2)) if args.bare_dask else None
         for kind in [k.strip() for k in args.frameworks.split(",") if k.strip()]:
-            pairs = []
+            sides: dict[str, Any] = {
+                "tuneplat": lambda i, kind=kind: in_tuneplat(kind, {**config, "run": i}, client,
+                                                             os.path.join(work, "results")),
+                "by_hand": lambda i, kind=kind: by_hand(kind, config, work)}
+            if bare_client is not None:
+                sides["bare_dask"] = lambda i, kind=kind: bare_dask(kind, config, bare_client, work)
+            names = list(sides)
+            runs: dict[str, list[float]] = {n: [] for n in names}
             for i in range(max(args.repeat, 1)):
-                # ABBA order (tuneplat first in even repeats, the hand launch first in odd ones): neither side
-                # always runs in the other's wake (page cache, the cores' clocks, a neighbour's job ending)
-                if i % 2:
-                    theirs = by_hand(kind, config, work)
-                    ours = in_tuneplat(kind, {**config, "run": i}, client, os.path.join(work, "results"))
-                else:
-                    ours = in_tuneplat(kind, {**config, "run": i}, client, os.path.join(work, "results"))
-                    theirs = by_hand(kind, config, work)
-                pairs.append((ours, theirs))
-                print(json.dumps({kind: {"run": i, "tuneplat": round(ours, 2), "by_hand": round(theirs, 2)}}),
+                # the sides' order rotates with each repeat (with two: tuneplat first, then the hand launch first):
+                # no side always runs in another's wake (page cache, the cores' clocks, a neighbour's job ending)
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    runs[name].append(sides[name](i))
+                print(json.dumps({kind: {"run": i, **{n: round(v[-1], 2) for n, v in runs.items()}}}),
                       file=sys.stderr, flush=True)
-            ratios = sorted(o / t for o, t in pairs)
-            results[kind] = {"tuneplat_2_ranks_steps_per_s": [round(o, 2) for o, _ in pairs],
-                             "by_hand_steps_per_s": [round(t, 2) for _, t in pairs],
-                             "ratio": round(ratios[len(ratios) // 2], 3) if len(ratios) % 2 else
-                             round((ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2, 3),
-                             "ratios": [round(o / t, 3) for o, t in pairs]}
+            ratios = [o / t for o, t in zip(runs["tuneplat"], runs["by_hand"])]
+            results[kind] = {"tuneplat_2_ranks_steps_per_s": [round(o, 2) for o in runs["tuneplat"]],
+                             "by_hand_steps_per_s": [round(t, 2) for t in runs["by_hand"]],
+                             "ratio": round(_median(ratios), 3), "ratios": [round(r, 3) for r in ratios]}
+            if "bare_dask" in runs:
+                bare = runs["bare_dask"]
+                results[kind]["bare_dask_steps_per_s"] = [round(b, 2) for b in bare]
+                results[kind]["bare_dask_vs_by_hand"] = round(_median([b / t for b, t in zip(bare, runs["by_hand"])]), 3)
+                results[kind]["tuneplat_vs_bare_dask"] = round(_median([o / b for o, b in zip(runs["tuneplat"], bare)]), 3)
     with open("/proc/loadavg", encoding="utf-8") as f:
         load = f.read().split()[:3]
     print(json.dumps({"config": config, "dask_worker_settings": worker_settings, "loadavg": load,
