@@ -244,7 +244,12 @@ def bare_dask(kind: str, config: dict[str, Any], client: Any, workdir: str) -> f
     port = _free_port()
     futures = [client.submit(_bare_rank, kind, cfg, i, len(workers), port, workers=[w], pure=False,
                              allow_other_workers=False) for i, w in enumerate(workers)]
-    results = client.gather(futures)
+    try:
+        results = client.gather(futures)
+    finally:
+        # new worker processes for the next run, as each hand launch gets (DeepSpeed keeps its process groups in
+        # module globals: a second initialize in the same process finds the first run's destroyed group)
+        client.restart(wait_for_workers=True)
     return float(results[0])
 
 
