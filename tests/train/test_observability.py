@@ -220,8 +220,8 @@ def test_the_live_view_shows_a_row_per_rank():
 
 
 # ------------------------------------------------------------------ a build lock left by a killed process
-_HOLD = ("import sys, time\nfrom torch.utils.file_baton import FileBaton\nb = FileBaton(sys.argv[1])\n"
-         "assert b.try_acquire()\nprint('held', flush=True)\ntime.sleep(600)\n")
+_HOLD = ("import signal, sys\nfrom torch.utils.file_baton import FileBaton\nb = FileBaton(sys.argv[1])\n"
+         "assert b.try_acquire()\nprint('held', flush=True)\nsignal.pause()\n")  # (held until killed)
 
 
 def _holder(lock) -> subprocess.Popen:
@@ -305,7 +305,7 @@ def test_a_rank_waiting_for_a_build_lock_left_by_a_killed_process_is_named_and_g
         deadline, rows = time.monotonic() + 60, []
         while not any(r.get("state") == "stale lock" and r.get("stale_lock") == str(lock) for r in rows):
             assert time.monotonic() < deadline, rows
-            time.sleep(0.1)
+            time.sleep(0.1)  # (a file the tuner rewrites: nothing to block on)
             rows = [r for rows in (read_workers(os.path.join(storage, "lock")) or {}).get("running", {}).values()
                     for r in rows]
     finally:
