@@ -183,11 +183,12 @@ def test_a_killed_worker_shrinks_the_group_which_goes_on_from_its_checkpoint(tmp
 
 
 def _stopped(pid: int) -> bool:
-    """Whether the process is stopped (state T in /proc/PID/stat)."""
+    """Whether the process is stopped (SIGSTOP)."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (FileNotFoundError, ProcessLookupError):
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
         return False
 
 

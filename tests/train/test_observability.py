@@ -244,7 +244,7 @@ def test_lock_watch_names_an_unheld_lock_and_never_one_a_live_process_holds(tmp_
         deadline = time.monotonic() + 60
         while str(lock) not in baton_waits():  # readiness probe: the thread reached FileBaton.wait
             assert time.monotonic() < deadline and waiter.is_alive()
-            time.sleep(0.01)
+            time.sleep(0.01)  # (torch's loop, not ours: nothing to block on)
         assert holders(str(lock)) == [holder.pid]
         watch = LockWatch(warn_s=60)
         t0 = time.monotonic()
