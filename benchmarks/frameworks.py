@@ -2,6 +2,7 @@
 
     python benchmarks/frameworks.py                        # fsdp, accelerate, tensorflow, jax; 40 timed steps
     python benchmarks/frameworks.py --frameworks deepspeed --steps 100
+    python benchmarks/frameworks.py --frameworks deepspeed --steps 400 --repeat 6 --bare-dask --dask-child
 
 For each framework the same training loop (an MLP on generated data, a fixed global batch split over 2 ranks) runs
 (a) as a ``TorchTrainer``/``TensorflowTrainer``/``JaxTrainer`` with ``ScalingConfig(num_workers=2)`` on a 2-worker
@@ -253,6 +254,35 @@ def bare_dask(kind: str, config: dict[str, Any], client: Any, workdir: str) -> f
     return float(results[0])
 
 
+def _child_rank(kind: str, config: dict[str, Any], rank: int, world: int, port: int) -> float | None:
+    """One rank of the loop in a child process of a Dask worker (the worker's environment, torch.distributed's
+    env:// variables set), the task thread waiting for it: the hand launch's process, started by a Dask task."""
+    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+           "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "TUNEPLAT_BENCH_HAND": "1", "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, HERE, "--rank-loop", kind, json.dumps(config)], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=1200)
+    if proc.returncode != 0:
+        raise RuntimeError(f"rank {rank} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    if rank == 0:
+        with open(config["out"], encoding="utf-8") as f:
+            return float(json.load(f)["steps_per_s"])
+    return None
+
+
+def dask_child(kind: str, config: dict[str, Any], client: Any, workdir: str) -> float:
+    """The loop in one child process per worker of ``client``, each started by a plain Dask task: the Dask
+    worker's environment and neighbours without sharing its process (torch frameworks only)."""
+    if kind not in ("fsdp", "deepspeed", "accelerate"):
+        raise SystemExit(f"--dask-child measures the torch frameworks only, not {kind}")
+    workers = sorted(client.scheduler_info()["workers"])
+    cfg = {**config, "kind": kind, "out": os.path.join(workdir, f"child-{kind}.json")}
+    port = _free_port()
+    futures = [client.submit(_child_rank, kind, cfg, i, len(workers), port, workers=[w], pure=False,
+                             allow_other_workers=False) for i, w in enumerate(workers)]
+    return float(client.gather(futures)[0])
+
+
 def in_tuneplat(kind: str, config: dict[str, Any], client: Any, storage: str) -> float:
     import tuneplat as tune
     from tuneplat.train import ScalingConfig
@@ -324,6 +354,10 @@ def main() -> None:
                         help="also run the loop as plain Dask tasks on a second cluster of the same settings "
                              "(torch.distributed joined by hand, no tuneplat): separates what the Dask worker "
                              "process costs from what tuneplat's rank adds (torch frameworks only)")
+    parser.add_argument("--dask-child", action="store_true",
+                        help="also run the loop in child processes started by plain Dask tasks on a second cluster "
+                             "(the worker's environment, not its process): with --bare-dask, separates the worker "
+                             "process's thread from its environment and neighbours (torch frameworks only)")
     parser.add_argument("--rank-loop", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_loop:
@@ -347,14 +381,16 @@ def main() -> None:
         client = stack.enter_context(local_client(2))
         # the plain-Dask side runs on a cluster of its own (state a framework leaves in a worker process must not
         # reach tuneplat's trials); both clusters stay up for every side, so each side has the same idle neighbours
-        bare_client = stack.enter_context(local_client(2)) if args.bare_dask else None
+        bare_client = stack.enter_context(local_client(2)) if args.bare_dask or args.dask_child else None
         for kind in [k.strip() for k in args.frameworks.split(",") if k.strip()]:
             sides: dict[str, Any] = {
                 "tuneplat": lambda i, kind=kind: in_tuneplat(kind, {**config, "run": i}, client,
                                                              os.path.join(work, "results")),
                 "by_hand": lambda i, kind=kind: by_hand(kind, config, work)}
-            if bare_client is not None:
+            if args.bare_dask:
                 sides["bare_dask"] = lambda i, kind=kind: bare_dask(kind, config, bare_client, work)
+            if args.dask_child:
+                sides["dask_child"] = lambda i, kind=kind: dask_child(kind, config, bare_client, work)
             names = list(sides)
             runs: dict[str, list[float]] = {n: [] for n in names}
             for i in range(max(args.repeat, 1)):
@@ -373,6 +409,10 @@ def main() -> None:
                 results[kind]["bare_dask_steps_per_s"] = [round(b, 2) for b in bare]
                 results[kind]["bare_dask_vs_by_hand"] = round(_median([b / t for b, t in zip(bare, runs["by_hand"])]), 3)
                 results[kind]["tuneplat_vs_bare_dask"] = round(_median([o / b for o, b in zip(runs["tuneplat"], bare)]), 3)
+            if "dask_child" in runs:
+                child = runs["dask_child"]
+                results[kind]["dask_child_steps_per_s"] = [round(c, 2) for c in child]
+                results[kind]["dask_child_vs_by_hand"] = round(_median([c / t for c, t in zip(child, runs["by_hand"])]), 3)
     with open("/proc/loadavg", encoding="utf-8") as f:
         load = f.read().split()[:3]
     print(json.dumps({"config": config, "dask_worker_settings": worker_settings, "loadavg": load,

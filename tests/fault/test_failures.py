@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import ft_trainables as F
 import pytest
@@ -118,3 +119,40 @@ def test_a_retry_after_os_exit_is_never_placed_on_the_dead_worker(dask_client, s
     for r in results:
         starts = [e["workers"] for e in events if e["event"] == "trial_start" and e["trial_id"] == r.trial_id]
         assert len(starts) == 2 and starts[1] != starts[0], (r.trial_id, starts)
+
+
+@pytest.mark.slow
+def test_a_rank_placed_on_a_worker_that_just_left_is_placed_again(dask_client, storage, monkeypatch):
+    """The scheduler can list a worker a moment after its process died (its removal not yet processed): a tuner
+    that reads the list then places a rank there, whose task then waits for a worker that never comes. The tuner
+    reads the cluster again while ranks start: the rank is placed again, not failed after TUNEPLAT_START_TIMEOUT_S
+    (before: "rank(s) [0] did not start within 90s", seen when an experiment followed one whose hung rank's worker
+    it had just killed). The race is made certain by handing the tuner the list as the scheduler gave it just
+    before the kill."""
+    import psutil
+
+    from tuneplat.execution._cluster import Cluster, scheduler_workers
+
+    stale = scheduler_workers(dask_client)
+    assert len(stale) == 3
+    victim = sorted(stale)[0]
+    psutil.Process(dask_client.run(os.getpid, workers=[victim])[victim]).kill()
+    deadline = time.monotonic() + 60
+    while victim in scheduler_workers(dask_client):  # readiness probe: the scheduler has removed the dead worker
+        assert time.monotonic() < deadline, "the scheduler still lists the killed worker"
+        time.sleep(0.05)
+    real, calls = Cluster.workers, []
+
+    def first_read_is_stale(self):
+        calls.append(1)
+        return dict(stale) if len(calls) == 1 else real(self)
+
+    monkeypatch.setattr(Cluster, "workers", first_read_is_stale)
+    monkeypatch.setenv("TUNEPLAT_START_TIMEOUT_S", "60")  # (without the re-read the trial fails after this)
+    results = _tuner(dask_client, storage, F.steady, {"epochs": 2}, max_failures=0,
+                     scaling_config=tune.ScalingConfig(num_workers=3)).fit()
+    assert results.num_errors == 0, str(results[0].error)
+    events = read_journal(os.path.join(results.experiment_path, "journal.jsonl"))
+    starts = [e["workers"] for e in events if e["event"] == "trial_start"]
+    assert victim in starts[0] and victim not in starts[-1] and len(starts) == 2, starts
+    assert _epochs(results[0]) == [1, 2]

@@ -59,6 +59,10 @@ __all__ = ["DaskTrialExecutor"]
 
 logger = logging.getLogger("tuneplat")
 
+#: how often the cluster's workers are read again while a placed rank has not connected (a scheduler call): a rank
+#: placed on a worker that left just before its task was submitted is then placed again (see _refresh_ledger)
+UNSTARTED_REFRESH_S = 1.0
+
 
 class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle, _DaskState):
     """Runs worker groups as Dask tasks (see the module docstring).
@@ -307,7 +311,16 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
                                           workers=[a.address], allow_other_workers=False, pure=False, retries=0)
             self.task_owner[r.future.key] = (group, r)
             r.future.add_done_callback(lambda fut: self._wake(("task_done", fut)))
+        if runner is None and self._refresh_at is None:
+            # look at the cluster again while the ranks start: a worker that left between the last look and the
+            # submit (a process just killed, its removal not yet seen) would hold its rank's task forever
+            self._refresh_at = time.monotonic() + UNSTARTED_REFRESH_S
         return [a.address for a in placement]
+
+    def _placed_unstarted(self) -> bool:
+        """A rank's task is submitted and has not connected yet (it may sit on a worker that left)."""
+        return any(r.future is not None and r.conn is None and not r.finished and not r.ever_connected
+                   and not r.task_done for g in self.groups.values() for r in g.ranks)
 
     # ------------------------------------------------------------------ the loop's commands
     def answer(self, trial_id: str, decision: Decision, *, save: bool = False) -> None:
@@ -515,7 +528,12 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
             self._lose_unstarted_ranks_on(gone)
         self.max_slots = max(self.max_slots, len(self.ledger.slots))
         again = len(self.ledger.slots) < self.max_slots or self.ledger.awaiting_replacement
-        self._refresh_at = time.monotonic() + 0.25 if again else None
+        if again:
+            self._refresh_at = time.monotonic() + 0.25
+        elif self._placed_unstarted():
+            self._refresh_at = time.monotonic() + UNSTARTED_REFRESH_S
+        else:
+            self._refresh_at = None
         if self._start_noted < 2:
             self._note_start()
 
