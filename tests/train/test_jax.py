@@ -96,9 +96,10 @@ def test_a_rank_failing_while_its_peer_is_in_a_collective_retries(tmp_path, monk
 
     from cluster_fixtures import local_client
 
-    # JAX's coordination service ends every process of the group when one fails (SIGABRT, "Terminating process
-    # because the JAX distributed service detected fatal errors"): the retry waits for the restarted workers, whose
-    # start (a fresh interpreter importing the preloads) takes minutes on a loaded 2-core machine, hence the bound
+    # JAX's coordination service ends every process of the group some time after one died (SIGABRT, "Terminating
+    # process because the JAX distributed service detected fatal errors"): tuneplat restarts the failed group's
+    # workers at once and the retry waits for them, whose start (a fresh interpreter importing the preloads) takes
+    # minutes on a loaded 2-core machine, hence the bound
     monkeypatch.setenv("TUNEPLAT_START_TIMEOUT_S", "600")
     storage = str(tmp_path / "results")
     with local_client(2) as client:
@@ -113,6 +114,11 @@ def test_a_rank_failing_while_its_peer_is_in_a_collective_retries(tmp_path, monk
     with open(os.path.join(storage, "jaxcrash", "journal.jsonl"), encoding="utf-8") as f:
         events = [json.loads(line) for line in f if line.strip()]
     assert [e["attempt"] for e in events if e["event"] == "trial_failure"] == [0]
+    # the retry was placed on new worker processes, never on one about to be ended by JAX (before: it was placed on
+    # the failed group's workers and requeued ~60 s later, "a worker was lost before the trial started")
+    starts = [e["workers"] for e in events if e["event"] == "trial_start"]
+    assert len(starts) == 2 and not set(starts[0]) & set(starts[1]), starts
+    assert not [e for e in events if e["event"] == "trial_requeued"]
     last_start = max(i for i, e in enumerate(events) if e["event"] == "trial_start")
     after = [e for e in events[last_start:] if e["event"] == "result"]
     assert len(after) == 4  # the retry ran every step (no checkpoint: from step 0) with both ranks in the psum

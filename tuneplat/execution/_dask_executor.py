@@ -117,6 +117,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
         # _release_futures, or the futures are dropped with it and the ranks' reads fail with "lost dependencies"
         self._bound = self.trainable
         self.fresh_workers = not reuses_worker_process(self.trainable)
+        self.fresh_after_failure = not reuses_worker_process(self.trainable, after_failure=True)
         # as bytes: each rank unpickles it once its RANK & co. are set (_shipping.py), keeping its file names
         self.trainable = ship(self.trainable)
         self._selector = selectors.DefaultSelector()

@@ -220,6 +220,8 @@ class _DaskState(TrialExecutor):
         #: the trials' backend leaves state in a worker process that it cannot take back (TensorFlow): each worker of
         #: an ended group is restarted before it takes another rank (Backend.reuses_worker_process)
         self.fresh_workers = False
+        #: the same after a group of several ranks that failed (Backend.reuses_worker_process_after_failure: JAX)
+        self.fresh_after_failure = False
         self._recycling: dict[str, threading.Thread] = {}  # worker address -> the thread restarting it
         self._no_nanny_said = False
         self._tearing_down = False  # the experiment is ending: the embedded cluster's workers are not restarted
@@ -285,7 +287,7 @@ class _DaskState(TrialExecutor):
     def _restart_worker(self, rank: _Rank) -> None:
         raise NotImplementedError
 
-    def _recycle_worker(self, rank: _Rank) -> None:
+    def _recycle_worker(self, rank: _Rank, wait: bool = True) -> None:
         raise NotImplementedError
 
     def _recycled(self, address: str, why: str | None) -> None:

@@ -94,13 +94,14 @@ class _GroupLifecycle(_DaskState):
         self._send(rank, proto.Next(spec))
         self._events.append(Started(group.trial_id))
 
-    def _recycle_worker(self, rank: _Rank) -> None:
+    def _recycle_worker(self, rank: _Rank, wait: bool = True) -> None:
         """Have the nanny of ``rank``'s worker start a new worker process; nothing is placed on the old one.
 
         For a backend that leaves state in the process that it cannot take back
         (``Backend.reuses_worker_process``: TensorFlow's collective server). The
         rank's Dask task is given ``abort_grace_s`` to return first (its backend's
-        ``on_shutdown`` runs in it). A worker without a nanny is never restarted
+        ``on_shutdown`` runs in it), unless not ``wait`` (a failed group of a backend
+        whose processes must not outlive it: JAX's). A worker without a nanny is never restarted
         (the scheduler would only end it): it stays in use, with what it holds.
         """
         address = rank.assignment.address
@@ -118,7 +119,7 @@ class _GroupLifecycle(_DaskState):
                                "start workers with a nanny (the default of `dask worker`)", address)
             return
         self.ledger.quarantine(address, slot.pid)
-        future, client, grace = rank.future, self.client, self.abort_grace_s
+        future, client, grace = (rank.future if wait else None), self.client, self.abort_grace_s
 
         def restart() -> None:
             why = None
@@ -204,7 +205,9 @@ class _GroupLifecycle(_DaskState):
         # next trial, or the next poll sends it "bye"); other ranks that said "done"/"error" are leaving
         # run_rank: their slots are free now.
         parked = False
-        recycle = self.fresh_workers and not self._nested  # (a leased worker is the outer tuner's)
+        failed = group.failure is not None and len(group.ranks) > 1
+        recycle = (self.fresh_workers or (failed and self.fresh_after_failure)) and not self._nested
+        # (not a leased worker: it is the outer tuner's)
         for r in group.ranks:
             if (r.offers_next and not r.conn_shut and r.conn is not None and r.channel is not None
                     and r.future is not None and len(group.ranks) == 1):
@@ -218,7 +221,8 @@ class _GroupLifecycle(_DaskState):
             elif r.finished in (RankEnd.DONE, RankEnd.ERROR, RankEnd.ABORTED):
                 self._release(r)
                 if recycle and r.ever_connected:
-                    self._recycle_worker(r)
+                    # (a failed group's process is ended at once: what its task still does is moot)
+                    self._recycle_worker(r, wait=not (failed and not self.fresh_workers))
         group.ended = True
         self.groups.pop(group.trial_id, None)
         if self.board is not None:

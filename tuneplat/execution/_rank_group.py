@@ -38,15 +38,18 @@ def backend_of(trainable: Callable[..., Any]) -> tuple[Backend, Any]:
     return (cls or TorchBackend)(), config
 
 
-def reuses_worker_process(trainable: Any) -> bool:
+def reuses_worker_process(trainable: Any, after_failure: bool = False) -> bool:
     """Whether the trainer's backend lets a worker process that ran one of its ranks run the next trial's
     (``Backend.reuses_worker_process``; torch's and a plain trainable's do). ``TUNEPLAT_REUSE_WORKERS=1`` keeps the
-    worker processes whatever the backend says."""
+    worker processes whatever the backend says. ``after_failure``: after a group of several ranks that failed
+    (``Backend.reuses_worker_process_after_failure``: JAX's processes are ended by its coordination service)."""
     if env_str("TUNEPLAT_REUSE_WORKERS") == "1":
         return True
     config = getattr(trainable, "_tuneplat_backend_config", None)
     cls = getattr(config, "backend_cls", None) if config is not None else None
-    return bool(getattr(cls, "reuses_worker_process", True))
+    if not getattr(cls, "reuses_worker_process", True):
+        return False
+    return not after_failure or bool(getattr(cls, "reuses_worker_process_after_failure", True))
 
 
 def _listening_socket(host: str) -> socket.socket:

@@ -97,6 +97,12 @@ class Backend:
     #: of its workers is restarted by its nanny before anything else is placed there.
     reuses_worker_process: bool = True
 
+    #: tuneplat's: whether a worker process whose rank was in a group that *failed* (a rank raised or died) may run
+    #: the next trial's rank. A framework whose processes are ended by the framework itself some time after a peer
+    #: died (JAX's coordination service ends every process of the group once it misses the dead one's heartbeats)
+    #: sets this False: those workers are restarted at once, so that no trial is placed on a process about to end.
+    reuses_worker_process_after_failure: bool = True
+
     def on_start(self, worker_group: RankGroup, backend_config: BackendConfig) -> None:
         """Called in every rank, before the user's function (after the rendezvous)."""
 

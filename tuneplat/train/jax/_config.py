@@ -60,6 +60,13 @@ class JaxConfig(BackendConfig):
 class _JaxBackend(Backend):
     """``jax.distributed.initialize`` before the function (coordinator on rank 0), ``shutdown`` after."""
 
+    # once a process of the group died, JAX's coordination service ends every other one (SIGABRT, "the JAX
+    # distributed service detected fatal errors") when it has missed the dead one's heartbeats, tens of seconds
+    # later, and jax.distributed.shutdown() waits for the dead one meanwhile: after a failed group its worker
+    # processes are restarted at once, so no retry is placed on a process about to be ended (measured: a retry
+    # after rank 0 failed started 62 s later before, the time JAX took to end rank 0's process)
+    reuses_worker_process_after_failure = False
+
     def __init__(self) -> None:
         self._platforms_set = False
         self._initialized = False
