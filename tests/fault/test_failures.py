@@ -156,3 +156,27 @@ def test_a_rank_placed_on_a_worker_that_just_left_is_placed_again(dask_client, s
     starts = [e["workers"] for e in events if e["event"] == "trial_start"]
     assert victim in starts[0] and victim not in starts[-1] and len(starts) == 2, starts
     assert _epochs(results[0]) == [1, 2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["abort", "stop"])
+def test_a_rank_process_tuneplat_ends_takes_its_torch_build_lock_along(dask_client, storage, tmp_path, monkeypatch,
+                                                                        how):
+    """A process ended while it holds torch's extension build lock leaves the file, and every later load of that
+    extension on the host waits for it forever (train/_lock_wait.py). When tuneplat ends a rank's process itself, the
+    lock goes with it: "abort", a rank that does not unwind within TUNEPLAT_ABORT_GRACE_S of its group's failure
+    (the rank's own exit); "stop", a hung rank (SIGSTOP) whose worker the tuner kills after the heartbeat timeout."""
+    monkeypatch.setenv("TUNEPLAT_ABORT_GRACE_S", "2")
+    monkeypatch.setenv("TUNEPLAT_HEARTBEAT_TIMEOUT_S", "3")
+    root = str(tmp_path / "torch_extensions")
+    lock = os.path.join(root, "op", "lock")
+    scaling = tune.ScalingConfig(num_workers=2 if how == "abort" else 1)
+    results = _tuner(dask_client, storage, F.holds_a_build_lock_then_hangs, {"root": root, "how": how},
+                     max_failures=0, scaling_config=scaling).fit()
+    error = str(results[0].error)
+    assert ("rank 1 fails while rank 0 holds a build lock" if how == "abort" else "sent nothing") in error, error
+    deadline = time.monotonic() + 60
+    while os.path.exists(lock) and time.monotonic() < deadline:  # readiness probe: the process ends after fit()
+        time.sleep(0.05)
+    assert not os.path.exists(lock), "the ended rank's build lock was left behind"
+    assert os.path.isdir(os.path.dirname(lock))  # (only the lock: the build folder stays)

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from .._settings import env_seconds
+from ..train._lock_wait import held_locks, release_held
 from ._channel import Conn
 from ._dask_state import _DaskState, _Group, _Rank
 from ._executor import (
@@ -133,6 +134,9 @@ class _Forensics(_DaskState):
         address = rank.assignment.address
         if rank.pid and rank.hostname == socket.gethostname():
             try:
+                # a torch build lock it holds would make every later load of that extension on this host wait
+                # forever (train/_lock_wait.py): removed with the process, its build ended
+                release_held(rank.pid, held_locks(rank.pid), f"its rank {rank.index} hung and its worker was ended")
                 os.kill(rank.pid, signal.SIGKILL)
                 return
             except OSError:

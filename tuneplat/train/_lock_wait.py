@@ -15,18 +15,27 @@ The rank's heartbeat looks at where its threads are (:func:`baton_waits`); a wai
 that lasts :func:`warn_after` seconds while no process on this host has the file
 open (:func:`holders`: a live holder always has it open) goes to the tuner in the
 rank's row, which warns once, naming the file and what to do.
+
+tuneplat never leaves such a file itself: when it ends a rank's process (a rank
+that did not unwind after an abort, a hung rank's worker killed on this host),
+the build locks that process holds are removed with it (:func:`release_held`),
+after the processes it started for the build (ninja, the compiler) are ended.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import sys
 import time
 from typing import Any
 
 from .._settings import env_seconds
 
-__all__ = ["LockWatch", "baton_waits", "holders", "warn_after"]
+__all__ = ["LockWatch", "baton_waits", "held_locks", "holders", "release_held", "warn_after"]
+
+logger = logging.getLogger("tuneplat")
 
 _BATON_FILE = os.path.join("torch", "utils", "file_baton.py")
 
@@ -94,3 +103,77 @@ class LockWatch:
                 continue
             return {"path": path, "waited_s": round(waited, 1)}
         return None
+
+
+def _extension_roots(pid: int | None) -> list[str]:
+    """Where torch builds its extensions for process ``pid`` (this one: None): ``TORCH_EXTENSIONS_DIR`` from its
+    environment, else torch's default (``$XDG_CACHE_HOME`` or ``~/.cache``, ``/torch_extensions``)."""
+    if pid is None:
+        env: dict[str, str] = dict(os.environ)
+    else:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                pairs = [item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item]
+            env = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+        except OSError:
+            env = dict(os.environ)
+    roots = []
+    if env.get("TORCH_EXTENSIONS_DIR"):
+        roots.append(env["TORCH_EXTENSIONS_DIR"])
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+    roots.append(os.path.join(cache, "torch_extensions"))
+    return [os.path.realpath(r) for r in roots]
+
+
+def held_locks(pid: int | None = None) -> list[str]:
+    """The torch build-lock files (``<extensions root>/.../lock``) that process ``pid`` (this one: None) has open."""
+    fd_dir = f"/proc/{pid if pid is not None else 'self'}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:  # not Linux, ended, or another user's process
+        return []
+    roots = _extension_roots(pid)
+    found = []
+    for fd in fds:
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        # (another process's environment as it started: a TORCH_EXTENSIONS_DIR it set itself later is not in
+        # /proc/<pid>/environ, so a folder named torch_extensions counts wherever it is)
+        if os.path.basename(target) == "lock" and (any(target.startswith(r + os.sep) for r in roots)
+                                                   or "torch_extensions" in target.split(os.sep)[:-1]):
+            found.append(target)
+    return sorted(set(found))
+
+
+def release_held(pid: int | None, locks: list[str], why: str) -> list[str]:
+    """Process ``pid`` (this one: None), which held ``locks`` (:func:`held_locks`, read before it was stopped), is
+    being ended by tuneplat: end the processes it started (the build it ran under the lock), then remove each lock
+    no other process has open. Returns the files removed."""
+    if not locks:
+        return []
+    try:
+        import psutil
+
+        for child in psutil.Process(pid if pid is not None else os.getpid()).children(recursive=True):
+            try:
+                os.kill(child.pid, signal.SIGKILL)  # (a build left running would write beside the next one)
+            except OSError:
+                pass
+    except Exception:  # noqa: BLE001 - psutil missing, or the process ended: its children went with it or are orphans
+        logger.debug("tuneplat: could not list the children of %s", pid, exc_info=True)
+    removed = []
+    me = os.getpid() if pid is None else pid
+    for path in locks:
+        others = [p for p in (holders(path) or []) if p != me]
+        if others:
+            continue  # (opened again since, by a live process: its lock now)
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+        logger.warning("tuneplat: removed torch's build lock %s, held by process %d as %s (the build it was doing "
+                       "is redone by the next process that loads the extension)", path, me, why)
+    return removed

@@ -26,6 +26,7 @@ from ..storage._storage import (
     stage_checkpoint,
     write_checkpoint_metrics,
 )
+from ._lock_wait import held_locks, release_held
 from ._telemetry import RankMonitor
 
 __all__ = [
@@ -512,6 +513,10 @@ class Heartbeat:
             except OSError:
                 _tuner_lost(session)
                 if not session.finished.wait(session.spec.abort_grace_s):
+                    # a torch build lock this process holds (killed inside deepspeed.initialize's op load) would
+                    # make every later load on this host wait forever: removed with it (train/_lock_wait.py)
+                    release_held(None, held_locks(), f"rank {session.spec.rank} of trial {session.spec.trial_id} "
+                                 f"did not unwind within {session.spec.abort_grace_s:g}s of its abort")
                     os._exit(70)
 
 
