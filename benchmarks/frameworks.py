@@ -235,18 +235,25 @@ def _bare_rank(kind: str, config: dict[str, Any], rank: int, world: int, port: i
     return None
 
 
+def _one_task_per_worker(rank_fn: Any, side: str, kind: str, config: dict[str, Any], client: Any,
+                         workdir: str) -> list[Any]:
+    """``rank_fn(kind, config, rank, world, port)`` as one plain Dask task pinned to each worker of ``client``
+    (torch frameworks only: the process group is joined by hand over env://); the tasks' results."""
+    if kind not in ("fsdp", "deepspeed", "accelerate"):
+        raise SystemExit(f"--{side} measures the torch frameworks only, not {kind}")
+    workers = sorted(client.scheduler_info()["workers"])
+    cfg = {**config, "kind": kind, "out": os.path.join(workdir, f"{side}-{kind}.json")}
+    port = _free_port()
+    futures = [client.submit(rank_fn, kind, cfg, i, len(workers), port, workers=[w], pure=False,
+                             allow_other_workers=False) for i, w in enumerate(workers)]
+    return list(client.gather(futures))
+
+
 def bare_dask(kind: str, config: dict[str, Any], client: Any, workdir: str) -> float:
     """The loop as one plain Dask task per worker of ``client`` (no tuneplat): what the Dask worker process alone
-    costs the ranks. Only the torch frameworks (the process group is joined by hand)."""
-    if kind not in ("fsdp", "deepspeed", "accelerate"):
-        raise SystemExit(f"--bare-dask measures the torch frameworks only, not {kind}")
-    workers = sorted(client.scheduler_info()["workers"])
-    cfg = {**config, "kind": kind, "out": os.path.join(workdir, f"bare-{kind}.json")}
-    port = _free_port()
-    futures = [client.submit(_bare_rank, kind, cfg, i, len(workers), port, workers=[w], pure=False,
-                             allow_other_workers=False) for i, w in enumerate(workers)]
+    costs the ranks."""
     try:
-        results = client.gather(futures)
+        results = _one_task_per_worker(_bare_rank, "bare-dask", kind, config, client, workdir)
     finally:
         # new worker processes for the next run, as each hand launch gets (DeepSpeed keeps its process groups in
         # module globals: a second initialize in the same process finds the first run's destroyed group)
@@ -272,15 +279,8 @@ def _child_rank(kind: str, config: dict[str, Any], rank: int, world: int, port: 
 
 def dask_child(kind: str, config: dict[str, Any], client: Any, workdir: str) -> float:
     """The loop in one child process per worker of ``client``, each started by a plain Dask task: the Dask
-    worker's environment and neighbours without sharing its process (torch frameworks only)."""
-    if kind not in ("fsdp", "deepspeed", "accelerate"):
-        raise SystemExit(f"--dask-child measures the torch frameworks only, not {kind}")
-    workers = sorted(client.scheduler_info()["workers"])
-    cfg = {**config, "kind": kind, "out": os.path.join(workdir, f"child-{kind}.json")}
-    port = _free_port()
-    futures = [client.submit(_child_rank, kind, cfg, i, len(workers), port, workers=[w], pure=False,
-                             allow_other_workers=False) for i, w in enumerate(workers)]
-    return float(client.gather(futures)[0])
+    worker's environment and neighbours without sharing its process."""
+    return float(_one_task_per_worker(_child_rank, "dask-child", kind, config, client, workdir)[0])
 
 
 def in_tuneplat(kind: str, config: dict[str, Any], client: Any, storage: str) -> float:
