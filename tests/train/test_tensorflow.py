@@ -195,3 +195,24 @@ def test_keras_3_model_in_tune_trials_with_tune_report_checkpoint_callback(dask_
         assert len(losses) == 3 and losses[-1] < losses[0]
         assert os.path.isfile(os.path.join(result.checkpoint.path, "model.keras"))
 
+
+
+def test_a_rank_failing_while_its_peer_is_in_an_all_reduce_retries_on_new_processes(dask_client, storage, tmp_path):
+    """Rank 0 raises while rank 1 is inside that step's all-reduce: the peer's collective fails, the group ends,
+    the one failure is retried (FailureConfig) on restarted worker processes (a TensorFlow group's always are), and
+    the retry runs every step with both ranks."""
+    result = TensorflowTrainer(tf_loops.all_reduce_steps_one_rank_fails_once,
+                               train_loop_config={"steps": 4, "marker": str(tmp_path / "failed-once"), "fail_rank": 0},
+                               scaling_config=ScalingConfig(num_workers=2),
+                               run_config=_rc(storage, "tfcrash", failure_config=tune.FailureConfig(max_failures=1)),
+                               client=dask_client).fit()
+    assert os.path.exists(tmp_path / "failed-once")  # the first attempt did fail
+    assert result.error is None, result.error
+    with open(os.path.join(storage, "tfcrash", "journal.jsonl"), encoding="utf-8") as f:
+        events = [json.loads(line) for line in f if line.strip()]
+    assert [e["attempt"] for e in events if e["event"] == "trial_failure"] == [0]
+    assert "rank 0 fails at step 2" in next(e["message"] for e in events if e["event"] == "trial_failure")
+    starts = [e["workers"] for e in events if e["event"] == "trial_start"]
+    assert len(starts) == 2 and not set(starts[0]) & set(starts[1]), starts
+    last_start = max(i for i, e in enumerate(events) if e["event"] == "trial_start")
+    assert [e["result"]["sum"] for e in events[last_start:] if e["event"] == "result"] == [2.0] * 4

@@ -220,3 +220,18 @@ def all_reduce_then_park(config: dict[str, Any]) -> None:
     total = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
     parked_in_tf_group(train.get_context().get_trial_dir())
     train.report({"replicas": strategy.num_replicas_in_sync, "sum": float(total.numpy())})
+
+
+def all_reduce_steps_one_rank_fails_once(config: dict[str, Any]) -> None:
+    """All-reduce steps over ``MultiWorkerMirroredStrategy``; in the first attempt rank ``fail_rank`` raises at step
+    2 while the other rank is inside that step's all-reduce."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    rank = train.get_context().get_world_rank()
+    for step in range(config["steps"]):
+        if step == 2 and rank == config["fail_rank"] and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError(f"rank {rank} fails at step 2")
+        total = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+        train.report({"step": step, "sum": float(total.numpy())})
