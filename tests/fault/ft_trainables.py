@@ -156,26 +156,24 @@ def grab_memory(config):
 
 
 def holds_a_build_lock_then_hangs(config):
-    """Rank 0 takes a torch extension's build lock as ``torch.utils.cpp_extension.load`` does around its build
-    (``FileBaton`` in ``config["root"]``, its extensions root), then never unwinds: with ``how="abort"`` it ignores
-    the abort that rank 1's failure brings (rank 1 raises once the lock is taken); with ``how="stop"`` it stops its
-    own process (SIGSTOP, a single rank)."""
-    import time
-
+    """Rank 0 writes its pid to ``<root>/rank0.pid`` and takes a torch extension's build lock as
+    ``torch.utils.cpp_extension.load`` does around its build (``FileBaton`` in ``config["root"]``, its extensions
+    root), then never unwinds: with ``how="abort"`` it ignores the abort that rank 1's failure brings (rank 1 raises
+    once a barrier says the lock is taken); with ``how="stop"`` it stops its own process (SIGSTOP, a single rank)."""
+    import torch.distributed as dist
     from torch.utils.file_baton import FileBaton
 
     lock = os.path.join(config["root"], "op", "lock")
     if train.get_context().get_world_rank() == 0:
         os.environ["TORCH_EXTENSIONS_DIR"] = config["root"]  # (this process is ended: it takes the setting along)
         os.makedirs(os.path.dirname(lock), exist_ok=True)
+        with open(os.path.join(config["root"], "rank0.pid"), "w") as f:
+            f.write(str(os.getpid()))
         if not FileBaton(lock).try_acquire():
             raise RuntimeError(f"{lock} is taken already")
         if config["how"] == "stop":
             stop_self()
+        dist.barrier()  # rank 1 goes on: the lock is held
         threading.Event().wait()  # deaf to the abort: only the end of its process ends it
-    deadline = time.monotonic() + 120
-    while not os.path.exists(lock):  # readiness probe: rank 0 holds the lock
-        if time.monotonic() > deadline:
-            raise RuntimeError("rank 0 never took the lock")
-        time.sleep(0.05)
+    dist.barrier()  # (returns once rank 0 holds the lock)
     raise RuntimeError("rank 1 fails while rank 0 holds a build lock")

@@ -136,9 +136,13 @@ def test_a_rank_placed_on_a_worker_that_just_left_is_placed_again(dask_client, s
     stale = scheduler_workers(dask_client)
     assert len(stale) == 3
     victim = sorted(stale)[0]
-    psutil.Process(dask_client.run(os.getpid, workers=[victim])[victim]).kill()
+    process = psutil.Process(dask_client.run(os.getpid, workers=[victim])[victim])
+    process.kill()
+    process.wait(timeout=60)
     deadline = time.monotonic() + 60
-    while victim in scheduler_workers(dask_client):  # readiness probe: the scheduler has removed the dead worker
+    # readiness probe: the scheduler has removed the dead worker (Dask has no call that waits for a removal), so that
+    # only the stale list below names it and the retry cannot be placed there again
+    while victim in scheduler_workers(dask_client):
         assert time.monotonic() < deadline, "the scheduler still lists the killed worker"
         time.sleep(0.05)
     real, calls = Cluster.workers, []
@@ -175,8 +179,13 @@ def test_a_rank_process_tuneplat_ends_takes_its_torch_build_lock_along(dask_clie
                      max_failures=0, scaling_config=scaling).fit()
     error = str(results[0].error)
     assert ("rank 1 fails while rank 0 holds a build lock" if how == "abort" else "sent nothing") in error, error
-    deadline = time.monotonic() + 60
-    while os.path.exists(lock) and time.monotonic() < deadline:  # readiness probe: the process ends after fit()
-        time.sleep(0.05)
+    import psutil
+
+    with open(os.path.join(root, "rank0.pid"), encoding="utf-8") as f:
+        pid = int(f.read())
+    try:  # the process may end after fit() returns (a rank deaf to its abort ends itself): its end, then the lock
+        psutil.Process(pid).wait(timeout=60)
+    except psutil.NoSuchProcess:
+        pass
     assert not os.path.exists(lock), "the ended rank's build lock was left behind"
     assert os.path.isdir(os.path.dirname(lock))  # (only the lock: the build folder stays)

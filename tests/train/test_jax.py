@@ -92,7 +92,6 @@ def test_status_workers_and_stacks_show_the_jax_ranks(dask_client, storage):
 @pytest.mark.slow  # its own cluster: JAX ends both worker processes, their nannies restart them
 @pytest.mark.parametrize("fail_rank", [0, 1])  # 0 runs JAX's coordination service, 1 is a plain member
 def test_a_rank_failing_while_its_peer_is_in_a_collective_retries(tmp_path, monkeypatch, fail_rank):
-    import json
 
     from cluster_fixtures import local_client
 
@@ -111,8 +110,7 @@ def test_a_rank_failing_while_its_peer_is_in_a_collective_retries(tmp_path, monk
                             client=client).fit()
     assert os.path.exists(tmp_path / "failed-once")  # the first attempt did fail
     assert result.error is None, result.error
-    with open(os.path.join(storage, "jaxcrash", "journal.jsonl"), encoding="utf-8") as f:
-        events = [json.loads(line) for line in f if line.strip()]
+    events = tune.read_journal(os.path.join(storage, "jaxcrash", "journal.jsonl"))
     assert [e["attempt"] for e in events if e["event"] == "trial_failure"] == [0]
     # the retry was placed on new worker processes, never on one about to be ended by JAX (before: it was placed on
     # the failed group's workers and requeued ~60 s later, "a worker was lost before the trial started")

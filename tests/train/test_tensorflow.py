@@ -208,8 +208,7 @@ def test_a_rank_failing_while_its_peer_is_in_an_all_reduce_retries_on_new_proces
                                client=dask_client).fit()
     assert os.path.exists(tmp_path / "failed-once")  # the first attempt did fail
     assert result.error is None, result.error
-    with open(os.path.join(storage, "tfcrash", "journal.jsonl"), encoding="utf-8") as f:
-        events = [json.loads(line) for line in f if line.strip()]
+    events = tune.read_journal(os.path.join(storage, "tfcrash", "journal.jsonl"))
     assert [e["attempt"] for e in events if e["event"] == "trial_failure"] == [0]
     assert "rank 0 fails at step 2" in next(e["message"] for e in events if e["event"] == "trial_failure")
     starts = [e["workers"] for e in events if e["event"] == "trial_start"]

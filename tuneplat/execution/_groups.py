@@ -205,9 +205,11 @@ class _GroupLifecycle(_DaskState):
         # next trial, or the next poll sends it "bye"); other ranks that said "done"/"error" are leaving
         # run_rank: their slots are free now.
         parked = False
-        failed = group.failure is not None and len(group.ranks) > 1
-        recycle = (self.fresh_workers or (failed and self.fresh_after_failure)) and not self._nested
-        # (not a leased worker: it is the outer tuner's)
+        # a failed group whose backend's processes must not outlive it (JAX's) has them restarted at once: what
+        # its tasks still do is moot; a backend that always wants new processes gives its tasks the grace first
+        restart_now = (group.failure is not None and len(group.ranks) > 1 and self.fresh_after_failure
+                       and not self.fresh_workers)
+        recycle = (self.fresh_workers or restart_now) and not self._nested  # (a leased worker is the outer tuner's)
         for r in group.ranks:
             if (r.offers_next and not r.conn_shut and r.conn is not None and r.channel is not None
                     and r.future is not None and len(group.ranks) == 1):
@@ -221,8 +223,7 @@ class _GroupLifecycle(_DaskState):
             elif r.finished in (RankEnd.DONE, RankEnd.ERROR, RankEnd.ABORTED):
                 self._release(r)
                 if recycle and r.ever_connected:
-                    # (a failed group's process is ended at once: what its task still does is moot)
-                    self._recycle_worker(r, wait=not (failed and not self.fresh_workers))
+                    self._recycle_worker(r, wait=not restart_now)
         group.ended = True
         self.groups.pop(group.trial_id, None)
         if self.board is not None:
