@@ -61,6 +61,21 @@ def one_rank_deadlocks(config):
     tune.report({"loss": 1.0})  # REPORT-LINE
 
 
+def holds_the_gil_in_c():
+    """Stuck in a C call made without releasing the GIL: the process's other threads (its Dask worker's event loop,
+    tuneplat's heartbeat) cannot run, so only a reader from outside (py-spy) sees where."""
+    import ctypes
+
+    while True:  # (a signal ends pause(); it is made again)
+        ctypes.PyDLL(None).pause()  # GIL-LINE
+
+
+def one_rank_holds_the_gil_in_c(config):
+    if tune.get_context().get_world_rank() == 0:
+        holds_the_gil_in_c()
+    tune.report({"loss": 1.0})
+
+
 def parked_until_released(trial_dir: str) -> None:
     """Waits (bounded) for the test to drop a file in the trial folder."""
     deadline = time.monotonic() + 120

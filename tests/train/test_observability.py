@@ -121,6 +121,22 @@ def test_a_deadlocked_rank_is_named_with_its_function_and_line(dask_client, stor
     assert "deadlock_forever" in text and "the rank's training thread" in text
 
 
+def test_a_rank_stuck_in_c_holding_the_gil_is_named_with_the_c_call(dask_client, storage, fast_heartbeats):
+    """The hang no Python-level reader can place (the worker's event loop never answers): py-spy's native dump,
+    on the tuner's host, names the rank's Python line and the C function in which its thread holds the GIL."""
+    grid = tune.Tuner(ot.one_rank_holds_the_gil_in_c, scaling_config=tune.ScalingConfig(num_workers=2),
+                      run_config=tune.RunConfig(name="gil", storage_path=storage, verbose=0, mlflow=False),
+                      client=dask_client).fit()
+    error = str(grid[0].error)
+    assert "sent nothing for 5s" in error, error
+    assert f"rank 0 in holds_the_gil_in_c ({ot.__file__}:{_line_of('GIL-LINE')}), while thread " in error, error
+    assert "holds the GIL in pause" in error, error
+    stacks = [e for e in _journal(os.path.join(storage, "gil")) if e["event"] == "stacks"]
+    with open(stacks[0]["path"], encoding="utf-8") as f:
+        text = f.read()
+    assert "py-spy dump --native" in text and "pause (libc" in text, text
+
+
 def test_tuneplat_stacks_prints_the_stacks_of_a_running_trial(dask_client, storage, shipped):
     tuner = tune.Tuner(shipped(ot.waits_for_release), run_config=tune.RunConfig(name="live", storage_path=storage, verbose=0,
                                                                       mlflow=False), client=dask_client)
@@ -192,6 +208,42 @@ def test_faulthandler_signal_reads_a_rank_on_this_host(tmp_path):
     assert got is not None and got["how"].startswith("faulthandler")
     line = next(i for i, text in enumerate(_CHILD.splitlines(), 1) if "CHILD-LINE" in text)
     assert got["where"] == f"stuck_in_child ({script}:{line})", got["text"]
+
+
+_GIL_CHILD = """
+import ctypes
+
+def stuck_in_c_holding_the_gil():
+    print("armed", flush=True)
+    ctypes.PyDLL(None).pause()  # CHILD-LINE: a C call made without releasing the GIL
+"""
+
+
+def test_py_spy_reads_a_process_stuck_in_c_with_the_gil_and_names_that_frame(tmp_path):
+    """A process stuck in C while holding the GIL (its Dask worker could not answer, faulthandler would show only
+    the Python frame): py-spy's native dump names the C function, the Python line that called it, and the GIL's
+    holder."""
+    import subprocess
+    import sys
+
+    from tuneplat.execution import _stacks
+
+    assert _stacks._pyspy() is not None, "py-spy is in the test extra: pip install -e '.[test]'"
+    script = tmp_path / "child.py"
+    script.write_text(_GIL_CHILD + "stuck_in_c_holding_the_gil()\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "armed"
+        got = _stacks._via_pyspy(proc.pid, 20.0)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert got is not None and got["how"] == "py-spy dump --native", got
+    line = next(i for i, text in enumerate(_GIL_CHILD.splitlines(), 1) if "CHILD-LINE" in text)
+    assert got["where"] in (f"stuck_in_c_holding_the_gil ({script}:{line}), while {who} holds the GIL in pause"
+                            for who in ("thread 'MainThread'", "the main thread")), got["where"]
+    assert "holds the GIL" in got["text"] and "pause (libc" in got["text"], got["text"]
 
 
 def test_the_live_view_shows_a_row_per_rank():

@@ -6,8 +6,9 @@ Three ways to read a rank's stacks, tried in order:
    thread): ``sys._current_frames()`` of every thread, the rank's own thread
    first. Works across hosts whenever the process still runs Python (a rank
    blocked on a lock, in a collective, in ``time.sleep``...).
-2. On the tuner's host, ``py-spy dump --pid`` when py-spy is installed (it also
-   reads a process that is stopped or holds the GIL, and shows native frames).
+2. On the tuner's host, ``py-spy dump --native --pid`` when py-spy is installed
+   (it also reads a process that is stopped or holds the GIL, shows C frames and
+   says which thread holds the GIL).
 3. On the tuner's host, ``SIGUSR2``: the runner armed ``faulthandler`` for the
    trial, which writes every thread's stack to a file in the trial folder from
    its C signal handler (works while the process holds the GIL).
@@ -165,28 +166,74 @@ def _via_workers(client: Any, trial_id: str, addresses: list[str], timeout: floa
     return {}
 
 
-_PYSPY_FRAME = re.compile(r"^\s+(?P<name>\S+) \((?P<file>.+?):(?P<line>\d+)\)")
+def _pyspy() -> str | None:
+    """py-spy on PATH, else beside this Python (a virtual environment that is not activated)."""
+    found = shutil.which("py-spy")
+    if found is None:
+        beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+        found = beside if os.access(beside, os.X_OK) else None
+    return found
 
 
 def _via_pyspy(pid: int, timeout: float) -> dict[str, Any] | None:
-    exe = shutil.which("py-spy")
+    """``py-spy dump --native``: the Python and C frames of every thread, read from outside (no GIL, no signal),
+    and which thread holds the GIL.
+
+    The C frames say where a process is stuck that no Python-level dump can show: a C extension waiting on a lock
+    while it holds the GIL, a destructor the garbage collector runs... Where native frames cannot be read, py-spy
+    is asked again for the Python frames alone.
+    """
+    import json
+
+    exe = _pyspy()
     if exe is None:
         return None
-    try:
-        text = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True,
-                              timeout=timeout).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if not text.strip():
-        return None
-    frames = []
-    for line in text.splitlines():  # py-spy lists the innermost frame first
-        m = _PYSPY_FRAME.match(line)
-        if m:
-            frames.append((m["file"], int(m["line"]), m["name"]))
-        elif frames and line.startswith("Thread"):
+    threads: list[dict[str, Any]] = []
+    how = "py-spy dump"
+    for extra in (["--native"], []):
+        try:
+            run = subprocess.run([exe, "dump", "--json", *extra, "--pid", str(pid)], capture_output=True,
+                                 text=True, timeout=timeout)
+            threads = json.loads(run.stdout) if run.returncode == 0 else []
+        except (OSError, subprocess.SubprocessError, ValueError):
+            threads = []
+        if threads:
+            how = " ".join(["py-spy dump", *extra])
             break
-    return {"text": text, "where": _where(list(reversed(frames))), "how": "py-spy dump"}
+    if not isinstance(threads, list) or not threads:
+        return None
+    lines: list[str] = []
+    rank_frames: list[tuple[str, int, str]] | None = None
+    holder = None
+    for t in threads:
+        frames = t.get("frames") or []  # innermost first
+        tid = t.get("os_thread_id")
+        name = (f"thread {t['thread_name']!r}" if t.get("thread_name")
+                else "the main thread" if tid == pid else f"os thread {tid}")
+        gil = bool(t.get("owns_gil"))
+        lines.append(f"--- {name} (os thread {tid})"
+                     + (", holds the GIL" if gil else "") + ", innermost first:")
+        py: list[tuple[str, int, str]] = []
+        for f in frames:
+            filename, line = str(f.get("filename") or "?"), int(f.get("line") or 0)
+            lines.append(f"    {f.get('name')} ({filename}:{line})" if line else
+                         f"    {f.get('name')} ({f.get('short_filename') or filename})")
+            if line and filename.endswith(".py"):
+                py.append((filename, line, str(f.get("name"))))
+        lines.append("")
+        if rank_frames is None and any(fn.endswith(os.path.join("execution", "_runner.py")) for fn, _l, _n in py):
+            rank_frames = py  # the rank's training thread runs tuneplat's runner
+        if gil and frames:
+            holder = (name, str(frames[0].get("name")), frames[0].get("line") == 0)
+    if rank_frames is None:
+        rank_frames = next((py for py in ([(str(f.get("filename")), int(f.get("line") or 0), str(f.get("name")))
+                                          for f in t.get("frames") or []
+                                          if f.get("line") and str(f.get("filename")).endswith(".py")]
+                                         for t in threads) if py), [])
+    where = _where(list(reversed(rank_frames)))
+    if holder is not None and holder[2]:  # a thread holds the GIL inside C code: what every other thread waits on
+        where = f"{where or '?'}, while {holder[0]} holds the GIL in {holder[1]}"
+    return {"text": "\n".join(lines), "where": where, "how": how}
 
 
 _FH_FRAME = re.compile(r'^\s+File "(?P<file>.+?)", line (?P<line>\d+) in (?P<name>\S+)')
