@@ -48,11 +48,16 @@ class NoNannyCluster:
         self.pythonpath = list(pythonpath)
         self.log = open(tmp_path / "workers.log", "w")  # noqa: SIM115 - closed in close()
 
-    def add_worker(self) -> subprocess.Popen:
+    def add_worker(self, *, nanny: bool = False, worker_port: int | None = None) -> subprocess.Popen:
+        """One more worker process (``nanny``: under a nanny, which starts it again when it dies; ``worker_port``:
+        at a fixed port, so that its replacement has the same address)."""
         env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False",
                    PYTHONPATH=os.pathsep.join([*self.pythonpath, os.environ.get("PYTHONPATH", "")]))
+        extra = ["--nanny" if nanny else "--no-nanny"]
+        if worker_port is not None:
+            extra += ["--worker-port", str(worker_port)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_worker", self.cluster.scheduler_address, "--no-nanny",
+            [sys.executable, "-m", "distributed.cli.dask_worker", self.cluster.scheduler_address, *extra,
              "--nthreads", "1", "--resources", "CPU=1", "--host", "127.0.0.1", "--dashboard-address",
              "127.0.0.1:0"], env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)

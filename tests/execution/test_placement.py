@@ -55,3 +55,21 @@ def test_a_worker_that_left_gives_its_hosts_cpus_back():
     ledger.release(big[0])  # (the executor forgets the rank afterwards: nothing is given back twice)
     got = ledger.allocate({"CPU": 1}, 1)
     assert got is not None and got[0].host == "a"  # host a's remaining process and CPU are free again
+
+
+def test_a_quarantine_ends_when_another_process_answers_at_the_address():
+    """A worker's address can outlive its process (a nanny's restart at a fixed port): the quarantine of the old
+    process ends once a new one is listed there, told apart by its ``uid``; never while the old one is listed."""
+    ledger = Ledger()
+    ledger.refresh([Slot("tcp://a:9000", "a", 1.0, {}, None, uid="/scratch/worker-old")])
+    ledger.quarantine("tcp://a:9000")
+    ledger.refresh([Slot("tcp://a:9000", "a", 1.0, {}, None, uid="/scratch/worker-old")])
+    assert ledger.allocate({"CPU": 1}, 1) is None
+    ledger.refresh([Slot("tcp://a:9000", "a", 1.0, {}, None, uid="/scratch/worker-new")])
+    got = ledger.allocate({"CPU": 1}, 1)
+    assert got is not None and got[0].address == "tcp://a:9000"
+    # the process now listed is the one a later quarantine is for
+    ledger.release(got[0])
+    ledger.quarantine("tcp://a:9000")
+    ledger.refresh([Slot("tcp://a:9000", "a", 1.0, {}, None, uid="/scratch/worker-new")])
+    assert ledger.allocate({"CPU": 1}, 1) is None

@@ -162,6 +162,57 @@ def test_a_rank_placed_on_a_worker_that_just_left_is_placed_again(dask_client, s
     assert _epochs(results[0]) == [1, 2]
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_worker_at_a_fixed_port_is_placed_on_again_once_its_nanny_restarted_it(tmp_path, monkeypatch):
+    """Deployments often pin the worker port (containers, firewalls): the nanny's new process after a crash has
+    the dead one's address. The tuner quarantined that address for the dead process; the new process must end the
+    quarantine (before: the scheduler's worker info carries no pid, so it never ended, and the retry waited for a
+    worker forever on a one-worker cluster)."""
+    from cluster_fixtures import NoNannyCluster
+
+    from tuneplat.execution._cluster import Cluster, scheduler_workers
+
+    monkeypatch.setenv("TUNEPLAT_START_TIMEOUT_S", "60")
+    cluster = NoNannyCluster(tmp_path, [os.path.dirname(os.path.abspath(__file__))])
+    try:
+        port = _free_port()
+        cluster.add_worker(nanny=True, worker_port=port)
+        cluster.client.wait_for_workers(1, timeout=120)
+        address = next(iter(scheduler_workers(cluster.client)))
+        assert address.endswith(f":{port}")
+        # the tuner must not rely on seeing the address leave the cluster between the old process and the new one
+        # (a quick restart, or a tuner reading the cluster only now and then, never sees it gone): while the
+        # scheduler lists no worker, the tuner is handed the last listing that had one
+        real, last = Cluster.workers, {}
+
+        def never_gone(self):
+            got = real(self)
+            if address in got:
+                last.clear()
+                last.update(got)
+                return got
+            return dict(last)
+
+        monkeypatch.setattr(Cluster, "workers", never_gone)
+        results = _tuner(cluster.client, str(tmp_path / "results"), F.kill_worker_once, {"epochs": 3},
+                         max_failures=1).fit()
+        assert results.num_errors == 0, str(results[0].error)
+        events = read_journal(os.path.join(results.experiment_path, "journal.jsonl"))
+        starts = [e["workers"] for e in events if e["event"] == "trial_start"]
+        assert len(starts) == 2 and all(address in s for s in starts), starts
+        assert _epochs(results[0])[-1] == 3
+    finally:
+        cluster.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["abort", "stop"])
 def test_a_rank_process_tuneplat_ends_takes_its_torch_build_lock_along(dask_client, storage, tmp_path, monkeypatch,

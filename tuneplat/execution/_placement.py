@@ -34,6 +34,7 @@ class Slot:
     gpus: list[float] = field(default_factory=list)
     pid: int | None = None  # the worker process (a nanny's restart keeps the address on some clusters)
     nanny: str | None = None  # its nanny's address: None when nothing would start it again after a restart
+    uid: str | None = None  # what tells this worker process from a later one at its address (its scratch folder)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Ledger:
         self.load: dict[str, int] = {}  # ranks placed on a worker (0 or 1)
         self.quarantined: set[str] = set()  # hung or dead workers being replaced: never placed on again
         self._dead_pid: dict[str, int] = {}  # quarantined address -> the process that died there
+        self._dead_uid: dict[str, str] = {}  # quarantined address -> the uid of the process quarantined there
         self._retry_at: dict[str, float] = {}  # quarantined for a while (its host could not reach the tuner)
         self.pools: dict[str, list[float]] = {}
         self._pool_size: dict[str, list[float]] = {}
@@ -68,14 +70,23 @@ class Ledger:
                 self._cpu_at.pop(addr, None)  # (its process is gone, and its rank with it)
                 self.quarantined.discard(addr)
                 self._dead_pid.pop(addr, None)
+                self._dead_uid.pop(addr, None)
                 self._retry_at.pop(addr, None)
-        for addr, dead in list(self._dead_pid.items()):  # a new process at the same address: placeable again
+        # a new process at the same address (a nanny's restart where the worker port is fixed): placeable again
+        for addr in set(self._dead_pid) | set(self._dead_uid):
             slot = new.get(addr)
-            if slot is not None and slot.pid is not None and slot.pid != dead:
+            if slot is None:
+                continue
+            dead_pid, dead_uid = self._dead_pid.get(addr), self._dead_uid.get(addr)
+            if ((dead_pid is not None and slot.pid is not None and slot.pid != dead_pid)
+                    or (dead_uid is not None and slot.uid is not None and slot.uid != dead_uid)):
                 self.quarantined.discard(addr)
-                del self._dead_pid[addr]
+                self._dead_pid.pop(addr, None)
+                self._dead_uid.pop(addr, None)
         for addr, slot in new.items():
-            if addr not in self.slots:
+            if addr in self.slots:  # the same address: its process may be another one now
+                self.slots[addr].pid, self.slots[addr].uid = slot.pid, slot.uid
+            else:
                 self.slots[addr] = slot
                 if slot.gpu_pool and slot.gpu_pool not in self.pools:
                     self.pools[slot.gpu_pool] = list(slot.gpus)
@@ -182,17 +193,22 @@ class Ledger:
     def quarantine(self, address: str, pid: int | None = None) -> None:
         """Place nothing more on this worker (it is hung, or its process ``pid`` died, and is being replaced).
 
-        The quarantine ends when the worker leaves the cluster, or when a process
-        other than ``pid`` answers at its address.
+        The quarantine ends when the worker leaves the cluster, or when another
+        process answers at its address (one other than ``pid``, or one whose
+        ``Slot.uid`` differs from the process listed there now).
         """
         self.quarantined.add(address)
         if pid is not None:
             self._dead_pid[address] = pid
+        slot = self.slots.get(address)
+        if slot is not None and slot.uid is not None:
+            self._dead_uid[address] = slot.uid
 
     def end_quarantine(self, address: str) -> None:
         """Place on this worker again (what it was quarantined for did not happen: a restart that failed)."""
         self.quarantined.discard(address)
         self._dead_pid.pop(address, None)
+        self._dead_uid.pop(address, None)
         self._retry_at.pop(address, None)
 
     def quarantine_for(self, address: str, seconds: float) -> None:
