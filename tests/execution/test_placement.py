@@ -73,3 +73,17 @@ def test_a_quarantine_ends_when_another_process_answers_at_the_address():
     ledger.quarantine("tcp://a:9000")
     ledger.refresh([Slot("tcp://a:9000", "a", 1.0, {}, None, uid="/scratch/worker-new")])
     assert ledger.allocate({"CPU": 1}, 1) is None
+
+
+def test_a_ranks_quarantine_is_for_the_process_it_ran_in_even_when_a_new_one_is_listed_already():
+    """The tuner may read the cluster after the nanny replaced the rank's dead process and before it hears of the
+    death: the quarantine named by the rank's assignment (the process it was placed on) ends at once."""
+    ledger = Ledger()
+    ledger.refresh([Slot("tcp://a:9000", "a", 1.0, {}, None, uid="/scratch/worker-old")])
+    (placed,) = ledger.allocate({"CPU": 1}, 1)
+    assert placed.uid == "/scratch/worker-old"
+    ledger.refresh([Slot("tcp://a:9000", "a", 1.0, {}, None, uid="/scratch/worker-new")])
+    ledger.release(placed)
+    ledger.quarantine(placed.address, uid=placed.uid)
+    ledger.refresh([Slot("tcp://a:9000", "a", 1.0, {}, None, uid="/scratch/worker-new")])
+    assert ledger.allocate({"CPU": 1}, 1) is not None

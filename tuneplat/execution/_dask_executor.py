@@ -373,7 +373,7 @@ class DaskTrialExecutor(_IOLoop, _Leases, _Watchdog, _Forensics, _GroupLifecycle
 
     def _on_preempt(self, group: _Group, rank: _Rank, message: str) -> None:
         """A rank's worker is leaving: nothing more goes there; the group checkpoints, then resizes."""
-        self.ledger.quarantine(rank.assignment.address)  # (until it leaves the cluster)
+        self.ledger.quarantine(rank.assignment.address, uid=rank.assignment.uid)  # (until it leaves the cluster)
         if rank.index not in group.preempted_ranks:
             group.preempted_ranks.append(rank.index)
         if group.preempted is not None or group.aborted:

@@ -109,7 +109,8 @@ class _IOLoop(_DaskState):
                     conn.rank.finished = RankEnd.DEAD
                     # its process died (os._exit, a segfault, the OOM killer): the scheduler may still list the
                     # worker for a moment; a retry placed there would wait for a process that is gone
-                    self.ledger.quarantine(conn.rank.assignment.address, pid=conn.rank.pid)
+                    self.ledger.quarantine(conn.rank.assignment.address, pid=conn.rank.pid,
+                                           uid=conn.rank.assignment.uid)
                     oom = self._oom_killed(conn.rank)
                     where = f"rank {conn.rank.index} on {conn.rank.assignment.address}"
                     text = (f"{where} (host {conn.rank.hostname}) was {oom}" if oom else
@@ -310,7 +311,7 @@ class _IOLoop(_DaskState):
                 # an elastic group's rank whose Dask worker left the scheduler (it is closing: SIGTERM, a retire)
                 # while the rank still runs and talks to the tuner: its connection decides (a notice comes from it;
                 # a process that really died drops it). Nothing more is placed there.
-                self.ledger.quarantine(rank.assignment.address)
+                self.ledger.quarantine(rank.assignment.address, uid=rank.assignment.uid)
                 rank.task_lost_at = time.monotonic()  # (no notice within task_lost_grace_s: it is lost)
                 continue
             self._release(rank)

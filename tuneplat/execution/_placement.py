@@ -45,6 +45,7 @@ class Assignment:
     gpu_ids: list[int] = field(default_factory=list)
     gpu_amount: float = 0.0
     cpu: float = 0.0  # the CPUs of its host the rank holds
+    uid: str | None = None  # the worker process placed on (Slot.uid then): a quarantine for the rank is for it
 
 
 class Ledger:
@@ -178,7 +179,7 @@ class Ledger:
             if ids is None:
                 continue
             free_cpu[slot.host] -= cpu
-            chosen.append(Assignment(slot.address, slot.host, slot.gpu_pool, ids, gpu, cpu))
+            chosen.append(Assignment(slot.address, slot.host, slot.gpu_pool, ids, gpu, cpu, slot.uid))
         return chosen if len(chosen) == n else None
 
     @property
@@ -190,19 +191,22 @@ class Ledger:
         """A worker whose process died is still listed: look again shortly for its replacement."""
         return bool(self._dead_pid)
 
-    def quarantine(self, address: str, pid: int | None = None) -> None:
+    def quarantine(self, address: str, pid: int | None = None, uid: str | None = None) -> None:
         """Place nothing more on this worker (it is hung, or its process ``pid`` died, and is being replaced).
 
         The quarantine ends when the worker leaves the cluster, or when another
-        process answers at its address (one other than ``pid``, or one whose
-        ``Slot.uid`` differs from the process listed there now).
+        process answers at its address: one other than ``pid``, or whose
+        ``Slot.uid`` is not ``uid`` (by default: that of the process listed there
+        now; a rank's quarantine passes its ``Assignment.uid``, the process it ran
+        in, which a nanny may have replaced already).
         """
         self.quarantined.add(address)
         if pid is not None:
             self._dead_pid[address] = pid
         slot = self.slots.get(address)
-        if slot is not None and slot.uid is not None:
-            self._dead_uid[address] = slot.uid
+        uid = uid if uid is not None else (slot.uid if slot is not None else None)
+        if uid is not None:
+            self._dead_uid[address] = uid
 
     def end_quarantine(self, address: str) -> None:
         """Place on this worker again (what it was quarantined for did not happen: a restart that failed)."""

@@ -68,7 +68,7 @@ class _Watchdog(_DaskState):
                 missing = [r.index for r in g.ranks if r.conn is None and not r.finished]
                 for r in g.ranks:
                     if r.conn is None and not r.finished:
-                        self.ledger.quarantine(r.assignment.address)  # until it leaves or restarts
+                        self.ledger.quarantine(r.assignment.address, uid=r.assignment.uid)  # until it leaves or restarts
                 text = (f"rank(s) {missing} did not start within {self.start_timeout_s:.0f}s of being "
                         "placed. Look at the Dask workers' logs: a worker that cannot import the "
                         "trainable's module logs 'Failed to deserialize' (install your code where the "
@@ -120,7 +120,7 @@ class _Watchdog(_DaskState):
                     conn_sock.close()
                 except (KeyError, ValueError, OSError):
                     pass
-                self.ledger.quarantine(r.assignment.address)
+                self.ledger.quarantine(r.assignment.address, uid=r.assignment.uid)
                 self._restart_worker(r)
                 self._forget_rank(r)
                 self._maybe_end_group(g)
@@ -158,7 +158,7 @@ class _Watchdog(_DaskState):
                     self._drop_conn(r.channel)
                 r.conn = None
                 r.channel = None
-                self.ledger.quarantine(r.assignment.address)
+                self.ledger.quarantine(r.assignment.address, uid=r.assignment.uid)
                 self._restart_worker(r)
                 self._forget_rank(r)
             self._maybe_end_group(g)
