@@ -38,6 +38,24 @@ def _line_of(marker: str) -> int:
         return next(i for i, line in enumerate(f, 1) if marker in line)
 
 
+def _may_read_other_processes() -> bool:
+    """py-spy reads a process through ptrace: root may; others only where Linux's Yama allows (ptrace_scope 0)."""
+    if os.geteuid() == 0:
+        return True
+    if sys.platform == "darwin":
+        return False
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope", encoding="utf-8") as f:
+            return f.read().strip() == "0"
+    except OSError:
+        return True
+
+
+needs_ptrace = pytest.mark.skipif(not _may_read_other_processes(),
+                                  reason="py-spy cannot read another process here (not root, and Linux's "
+                                         "kernel.yama.ptrace_scope is above 0, or macOS): run as root")
+
+
 @pytest.fixture
 def fast_heartbeats(monkeypatch):
     monkeypatch.setenv("TUNEPLAT_HEARTBEAT_TIMEOUT_S", "5")  # a ping every 0.5 s
@@ -121,6 +139,7 @@ def test_a_deadlocked_rank_is_named_with_its_function_and_line(dask_client, stor
     assert "deadlock_forever" in text and "the rank's training thread" in text
 
 
+@needs_ptrace
 def test_a_rank_stuck_in_c_holding_the_gil_is_named_with_the_c_call(dask_client, storage, fast_heartbeats):
     """The hang no Python-level reader can place (the worker's event loop never answers): py-spy's native dump,
     on the tuner's host, names the rank's Python line and the C function in which its thread holds the GIL."""
@@ -219,6 +238,7 @@ def stuck_in_c_holding_the_gil():
 """
 
 
+@needs_ptrace
 def test_py_spy_reads_a_process_stuck_in_c_with_the_gil_and_names_that_frame(tmp_path):
     """A process stuck in C while holding the GIL (its Dask worker could not answer, faulthandler would show only
     the Python frame): py-spy's native dump names the C function, the Python line that called it, and the GIL's
