@@ -418,10 +418,7 @@ class Cluster:
             else:
                 pool, gpus = None, []
             slots.append(Slot(addr, host, cpu, {k: float(v) for k, v in resources.items()}, pool, gpus,
-                              info.get("pid"), info.get("nanny") or None,
-                              # (the scheduler's worker info carries no pid and no process id; each worker process
-                              # makes its own scratch folder, worker-<random>, so a new process shows a new one)
-                              info.get("local_directory") or None))
+                              info.get("pid"), info.get("nanny") or None, info.get("local_directory") or None))
         return slots
 
     @property

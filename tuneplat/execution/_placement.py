@@ -34,7 +34,9 @@ class Slot:
     gpus: list[float] = field(default_factory=list)
     pid: int | None = None  # the worker process (a nanny's restart keeps the address on some clusters)
     nanny: str | None = None  # its nanny's address: None when nothing would start it again after a restart
-    uid: str | None = None  # what tells this worker process from a later one at its address (its scratch folder)
+    # what tells this worker process from a later one at its address: its scratch folder (the scheduler's worker
+    # info carries no pid and no process id; Dask makes a worker-<random> folder for each worker process)
+    uid: str | None = None
 
 
 @dataclass
