@@ -63,6 +63,9 @@ def run_rank(trainable: Callable[..., Any], spec: RankSpec, *deps: Any) -> str:
     ``("next", RankSpec)``, which it runs at once, or ``("bye",)``, and returns.
     Multi-rank trials never chain: torch's process-wide state stays one trial's.
     """
+    from tuneplat.execution._frames_guard import install as guard_frames
+
+    guard_frames()  # CPython 3.11: Dask's profiler's sys._current_frames() could deadlock the process (gh-106883)
     make = _Maker(trainable, deps, chain=spec.world_size == 1)
     try:
         sock = connect_tuner(spec.tuner_addr, spec.token, spec.channel_tls, f" from rank {spec.rank} of trial "

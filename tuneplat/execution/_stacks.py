@@ -108,7 +108,9 @@ def _where(frames: list[tuple[str, int, str]]) -> str | None:
 
 def rank_stacks(trial_id: str) -> dict[int, dict[str, Any]]:
     """Run in a worker process (``Client.run``): the stacks of this process's ranks of ``trial_id``."""
-    frames = sys._current_frames()
+    from ._frames_guard import current_frames
+
+    frames = current_frames()
     names = {t.ident: t.name for t in threading.enumerate()}
     out: dict[int, dict[str, Any]] = {}
     for (tid, rank), ident in list(_THREADS.items()):

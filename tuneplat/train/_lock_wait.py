@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import time
 from typing import Any
 
@@ -47,8 +46,10 @@ def warn_after() -> float:
 
 def baton_waits() -> list[str]:
     """The lock files that this process's threads wait for in torch's ``FileBaton.wait``."""
+    from ..execution._frames_guard import current_frames
+
     found = []
-    for frame in sys._current_frames().values():
+    for frame in current_frames().values():
         code = frame.f_code  # the waiting thread's innermost Python frame is FileBaton.wait (in time.sleep)
         if code.co_name == "wait" and code.co_filename.endswith(_BATON_FILE):
             path = getattr(frame.f_locals.get("self"), "lock_file_path", None)
