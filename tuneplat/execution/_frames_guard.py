@@ -36,7 +36,7 @@ from tuneplat._settings import env_str
 
 __all__ = ["affected", "current_frames", "install"]
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # (re-entrant: a Python signal handler may call it again in the thread inside)
 _original: Callable[[], dict[int, types.FrameType]] = sys._current_frames
 _installed = False
 
