@@ -205,6 +205,7 @@ def _via_pyspy(pid: int, timeout: float) -> dict[str, Any] | None:
     if not isinstance(threads, list) or not threads:
         return None
     lines: list[str] = []
+    per_thread: list[list[tuple[str, int, str]]] = []  # each thread's Python frames, innermost first
     rank_frames: list[tuple[str, int, str]] | None = None
     holder = None
     for t in threads:
@@ -223,15 +224,13 @@ def _via_pyspy(pid: int, timeout: float) -> dict[str, Any] | None:
             if line and filename.endswith(".py"):
                 py.append((filename, line, str(f.get("name"))))
         lines.append("")
+        per_thread.append(py)
         if rank_frames is None and any(fn.endswith(os.path.join("execution", "_runner.py")) for fn, _l, _n in py):
             rank_frames = py  # the rank's training thread runs tuneplat's runner
         if gil and frames:
             holder = (name, str(frames[0].get("name")), frames[0].get("line") == 0)
-    if rank_frames is None:
-        rank_frames = next((py for py in ([(str(f.get("filename")), int(f.get("line") or 0), str(f.get("name")))
-                                          for f in t.get("frames") or []
-                                          if f.get("line") and str(f.get("filename")).endswith(".py")]
-                                         for t in threads) if py), [])
+    if rank_frames is None:  # (no runner frame: not a rank's process) the first thread with Python frames
+        rank_frames = next((py for py in per_thread if py), [])
     where = _where(list(reversed(rank_frames)))
     if holder is not None and holder[2]:  # a thread holds the GIL inside C code: what every other thread waits on
         where = f"{where or '?'}, while {holder[0]} holds the GIL in {holder[1]}"
