@@ -42,7 +42,7 @@ names the variable, its value and the form expected.
 | ``TUNEPLAT_CHDIR_TO_TRIAL_DIR`` | 1 | each trial's function runs in its trial folder (Ray's ``RAY_CHDIR_TO_TRIAL_DIR``); 0: in the tuner's folder |
 | ``TUNEPLAT_REUSE_WORKERS`` | 0 | 1: a worker process that ran a rank of a backend that asks for new processes (``Backend.reuses_worker_process = False``: TensorFlow's; ``reuses_worker_process_after_failure = False``: JAX's, after a failed group) is used again as it is, not restarted after the group |
 | ``TUNEPLAT_FORK_GUARD`` | 1 | on Pythons with CPython's fork bug gh-112275 (3.10.0-3.10.14, 3.11.0-3.11.9), a process a rank forks (``DataLoader`` workers) waits until no thread holds the interpreter's thread-state lock, which the child would otherwise inherit held and hang on; 0: forks as they are |
-| ``TUNEPLAT_FRAMES_GUARD`` | 1 | on CPython 3.11, ``sys._current_frames()`` in a rank's process runs with the garbage collector off (CPython gh-106883: a collection inside it can stop the process for good; Dask's worker profiler calls it every 10 ms); 0: as it is |
+| ``TUNEPLAT_FRAMES_GUARD`` | 1 | on CPython 3.11, ``sys._current_frames()`` in a worker process running ranks (the embedded cluster's: from its start) runs with the garbage collector off (CPython gh-106883: a collection inside it can stop the process for good; Dask's worker profiler calls it every 10 ms); 0: as it is |
 | ``TUNEPLAT_WORKER_IMPORTS`` | (unset) | modules the embedded cluster's workers import as they start (set by the tuner for them) |
 
 Each is read where it is used, each time (``tests/test_settings.py`` checks that every ``TUNEPLAT_*`` name the

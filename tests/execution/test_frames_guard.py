@@ -71,3 +71,20 @@ def test_a_rank_runs_with_the_guard_in_place(dask_client, tmp_path):
     grid = tune.Tuner(_which_current_frames, run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0,
                                                                       mlflow=False), client=dask_client).fit()
     assert grid[0].error is None and grid[0].metrics["module"] == "tuneplat.execution._frames_guard"
+
+
+def _guard_module() -> str:
+    return sys._current_frames.__module__
+
+
+@needs_affected_python
+def test_the_embedded_clusters_workers_have_the_guard_from_their_start():
+    """Before any rank: a worker's start imports the user's modules in a thread that ends, with the profiler on."""
+    from tuneplat.execution._cluster import Cluster
+
+    cluster = Cluster()
+    try:
+        found = cluster.client.run(_guard_module)
+    finally:
+        cluster.close()
+    assert found and set(found.values()) == {"tuneplat.execution._frames_guard"}, found

@@ -84,6 +84,9 @@ class _CloseRace(logging.Filter):
 
 def dask_setup(worker: Any = None) -> None:
     """Called by distributed in each worker process when it starts."""
+    from ._frames_guard import install as guard_frames
+
+    guard_frames()  # CPython 3.11: the profiler's sys._current_frames() could deadlock (gh-106883), from the start
     _ignore_sigint()
     names = [n for n in os.environ.get(IMPORTS_ENV, "").split(",") if n]
     if names:
