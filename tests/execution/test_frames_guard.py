@@ -44,7 +44,9 @@ def _run_all(mode: str, bound_s: float) -> dict[int, bool]:
     return returned
 
 
-@needs_affected_python
+@pytest.mark.skipif(not _frames_guard.affected() or sys.version_info[:3] >= (3, 11, 9),
+                    reason="the deadlock is reproduced on CPython 3.11.0-3.11.8 (3.11.7 here, 3.11.8 in gh-116969); "
+                           "later 3.11 releases keep the guard but are not known to need it")
 def test_without_the_guard_a_collection_inside_the_call_never_returns():
     # the CPython bug, reproduced: at some offsets the collector frees the thread-local inside the lock it needs
     returned = _run_all("no-guard", 5)
