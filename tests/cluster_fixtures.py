@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 
@@ -30,6 +30,47 @@ def local_client(n_workers: int = 2) -> Iterator[Any]:
         finally:
             client.close()
             cluster.close()
+
+
+@contextlib.contextmanager
+def worker_removal(client: Any, address: str) -> Iterator[Callable[[float], None]]:
+    """``wait(timeout)``, which returns once the scheduler has removed worker ``address`` (or raises after
+    ``timeout`` s). The scheduler tells of it itself (a plugin, in place before the body runs), so a removal that
+    happens before ``wait`` is called is not missed and nothing is polled."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    name = f"tuneplat-test-removal-{address}"
+
+    class _Removal(SchedulerPlugin):
+        def __init__(self) -> None:
+            self.removed: Any = None
+
+        async def start(self, scheduler: Any) -> None:
+            import asyncio
+
+            self.removed = asyncio.Event()
+
+        def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+            if worker == address:
+                self.removed.set()
+
+    async def _wait(dask_scheduler: Any, timeout: float) -> bool:
+        import asyncio
+
+        try:
+            await asyncio.wait_for(dask_scheduler.plugins[name].removed.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def wait(timeout: float) -> None:
+        assert client.run_on_scheduler(_wait, timeout=timeout), f"the scheduler did not remove {address} in {timeout}s"
+
+    client.register_plugin(_Removal(), name=name)
+    try:
+        yield wait
+    finally:
+        client.unregister_scheduler_plugin(name)
 
 
 class NoNannyCluster:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import ft_trainables as F
 import pytest
@@ -130,6 +129,7 @@ def test_a_rank_placed_on_a_worker_that_just_left_is_placed_again(dask_client, s
     it had just killed). The race is made certain by handing the tuner the list as the scheduler gave it just
     before the kill."""
     import psutil
+    from cluster_fixtures import worker_removal
 
     from tuneplat.execution._cluster import Cluster, scheduler_workers
 
@@ -137,14 +137,13 @@ def test_a_rank_placed_on_a_worker_that_just_left_is_placed_again(dask_client, s
     assert len(stale) == 3
     victim = sorted(stale)[0]
     process = psutil.Process(dask_client.run(os.getpid, workers=[victim])[victim])
-    process.kill()
-    process.wait(timeout=60)
-    deadline = time.monotonic() + 60
-    # readiness probe: the scheduler has removed the dead worker (Dask has no call that waits for a removal), so that
-    # only the stale list below names it and the retry cannot be placed there again
-    while victim in scheduler_workers(dask_client):
-        assert time.monotonic() < deadline, "the scheduler still lists the killed worker"
-        time.sleep(0.05)
+    # the scheduler has removed the dead worker before the tuner starts, so that only the stale list below names it
+    # and the retry cannot be placed there again
+    with worker_removal(dask_client, victim) as removed:
+        process.kill()
+        process.wait(timeout=60)
+        removed(60)
+    assert victim not in scheduler_workers(dask_client)
     real, calls = Cluster.workers, []
 
     def first_read_is_stale(self):
