@@ -15,7 +15,8 @@ time (the data path's reader threads, a ``DataLoader``'s pin-memory thread, ...)
 rank on 3.11 hung so, now and then, "sent nothing for 30s" with faulthandler showing
 ``Garbage-collecting`` in ``Worker.trigger_profile``. CPython's own fix turns the
 collector off for the duration of the call, where 3.12 does not collect on allocation
-at all. :func:`install` does the same for every caller in a rank's process by putting
+at all. :func:`install` does the same for every caller in a worker process (the embedded
+cluster's worker preload at its start; the runner when a rank starts) by putting
 :func:`current_frames` in ``sys._current_frames``' place (on 3.11 only;
 ``TUNEPLAT_FRAMES_GUARD=0`` leaves it as it is); tuneplat's own callers use
 :func:`current_frames` directly.
@@ -50,9 +51,12 @@ def affected(version: tuple[int, ...] | None = None, implementation: str | None 
     return implementation == "cpython" and tuple(version[:2]) == (3, 11)
 
 
+_AFFECTED = affected()
+
+
 def current_frames() -> dict[int, types.FrameType]:
     """``sys._current_frames()``, with the collector off while it runs where that call can deadlock."""
-    if not affected():
+    if not _AFFECTED:
         return _original()
     with _lock:  # (two callers at once: the first to finish must not turn the collector on under the other)
         enabled = gc.isenabled()
@@ -69,7 +73,7 @@ def install() -> bool:
     it; True when it is in place."""
     global _installed
     with _lock:
-        if _installed or not affected():
+        if _installed or not _AFFECTED:
             return _installed
         if env_str("TUNEPLAT_FRAMES_GUARD") == "0":
             return False
